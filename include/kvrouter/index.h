@@ -1,0 +1,85 @@
+/* Prefix index (SPEC §6): one tree per (model, routing group), keyed by
+ * router block hash under its parent; owners are (worker, dp_rank) with a
+ * tier bit set. Thread-safe: mutations are serialized by a per-index write
+ * lock held for one call (one event); matches take the read lock, so a
+ * match never sees half an event and never waits behind a whole batch. */
+#ifndef KVROUTER_INDEX_H
+#define KVROUTER_INDEX_H
+
+#include "kvrouter/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kvr_index kvr_index;
+typedef uint32_t kvr_owner; /* dense id of a (worker, dp_rank) inside one index */
+#define KVR_OWNER_NONE UINT32_MAX
+
+kvr_index *kvr_index_create(void);
+void kvr_index_destroy(kvr_index *idx);
+
+/* Get or create the owner id of (worker, rank). */
+kvr_owner kvr_index_owner(kvr_index *idx, uint64_t worker_id, uint32_t dp_rank);
+/* KVR_OWNER_NONE when (worker, rank) never stored anything. */
+kvr_owner kvr_index_find_owner(kvr_index *idx, uint64_t worker_id, uint32_t dp_rank);
+
+/* Store n blocks as a chain under parent (engine handle of this owner; any
+ * tier) or under the root. Returns KVR_DROP_NONE, or KVR_DROP_PARENT_NOT_FOUND
+ * (nothing applied). */
+kvr_drop_reason kvr_index_store(kvr_index *idx, kvr_owner owner, kvr_tier tier, bool has_parent,
+                                uint64_t parent, const uint64_t *engine_hashes,
+                                const uint64_t *local_hashes, size_t n);
+/* Clears the tier bit of each handle; returns how many handles were unknown. */
+size_t kvr_index_remove(kvr_index *idx, kvr_owner owner, kvr_tier tier,
+                        const uint64_t *engine_hashes, size_t n);
+/* Drops every ownership of the owner (AllBlocksCleared, restart). */
+void kvr_index_clear_owner(kvr_index *idx, kvr_owner owner);
+
+typedef struct {
+    kvr_owner owner;
+    uint64_t worker_id;
+    uint32_t dp_rank;
+    uint32_t gpu_blocks;  /* consecutive blocks from the root on gpu */
+    uint32_t cpu_blocks;  /* reach when cpu continues it (>= gpu) */
+    uint32_t disk_blocks; /* reach when disk continues it (>= cpu) */
+} kvr_match_entry;
+
+/* Per-thread match scratch; reusable across indexes. */
+typedef struct kvr_match_ctx kvr_match_ctx;
+kvr_match_ctx *kvr_match_ctx_create(void);
+void kvr_match_ctx_destroy(kvr_match_ctx *ctx);
+
+/* Matches local block hashes from the root. Returns the number of owners
+ * with disk_blocks > 0; *out points into ctx, valid until its next use. */
+size_t kvr_index_match(kvr_index *idx, kvr_match_ctx *ctx, const uint64_t *local_hashes,
+                       size_t n, const kvr_match_entry **out);
+
+typedef struct {
+    uint64_t nodes;
+    uint64_t ownerships; /* (node, owner) pairs */
+    uint64_t owners;
+    uint64_t bytes;      /* heap bytes held by the index */
+} kvr_index_stats;
+void kvr_index_stats_get(kvr_index *idx, kvr_index_stats *out);
+
+/* Snapshot as parent-linked store events, parents before children. Loading
+ * them in order with kvr_index_store into an empty index reproduces every
+ * match result. */
+typedef struct {
+    uint64_t worker_id;
+    uint32_t dp_rank;
+    kvr_tier tier;
+    bool has_parent;
+    uint64_t parent;              /* engine handle */
+    const uint64_t *engine_hashes;
+    const uint64_t *local_hashes;
+    size_t n;
+} kvr_dump_store;
+typedef void (*kvr_dump_fn)(void *user, const kvr_dump_store *ev);
+void kvr_index_dump(kvr_index *idx, kvr_dump_fn fn, void *user);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,80 @@
+/* Normalizer (SPEC §3 filters, §5 multimodal rules): raw events of one
+ * (worker, dp_rank) -> router events with u32 tokens, media blocks excluded. */
+#ifndef KVROUTER_NORMALIZE_H
+#define KVROUTER_NORMALIZE_H
+
+#include "kvrouter/wire.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVR_MM_DEFAULT_CAPACITY (1u << 20)
+
+typedef struct {
+    uint32_t block_size;
+    bool eagle;
+    kvr_mm_identity mm_identity;
+    uint32_t mm_capacity; /* recorded exclusion ids across tiers; 0 -> default 2^20 */
+    uint64_t worker_id;   /* for warnings only */
+    uint32_t dp_rank;
+} kvr_normalizer_config;
+
+/* Counters of one (worker, rank). Names are the HTTP/metrics contract. */
+typedef struct {
+    uint64_t mm_blocks_excluded;
+    uint64_t mm_stores_truncated;
+    uint64_t mm_descendant_stores_excluded;
+    uint64_t mm_removals_filtered;
+    uint64_t mm_excluded_ids; /* gauge: current exclusion set size across tiers */
+    uint64_t mm_fallback;     /* gauge 0/1 */
+    uint64_t mm_fallback_entries;
+    uint64_t wide_tokens_seen;
+    uint64_t drops[KVR_DROP_COUNT];
+} kvr_normalizer_counters;
+
+typedef enum {
+    KVR_NORM_STORE = 0,
+    KVR_NORM_REMOVE = 1, /* n_block_hashes may be 0: an empty removal, applies as a no-op */
+    KVR_NORM_CLEAR = 2,
+    KVR_NORM_DROP = 3
+} kvr_norm_kind;
+
+/* One normalized event. Arrays point into the normalizer's scratch or the raw
+ * event and stay valid until the next kvr_normalize call. */
+typedef struct {
+    kvr_norm_kind kind;
+    kvr_drop_reason drop_reason; /* KVR_NORM_DROP */
+    kvr_tier tier;
+    bool has_parent;
+    uint64_t parent;
+    const uint64_t *block_hashes; /* store: kept blocks only; remove: filtered */
+    uint32_t n_block_hashes;
+    const uint32_t *tokens; /* store: narrowed tokens of the kept blocks
+                               (n_block_hashes*B, +1 overlap token for Eagle) */
+    uint32_t n_tokens;
+    bool eagle;
+    kvr_str lora_name;  /* as the event gave it (may be absent) */
+    kvr_str cache_salt; /* as the event gave it (may be absent) */
+} kvr_norm_event;
+
+typedef struct kvr_normalizer kvr_normalizer;
+
+kvr_normalizer *kvr_normalizer_create(const kvr_normalizer_config *cfg);
+void kvr_normalizer_destroy(kvr_normalizer *n);
+/* Normalizes one raw event. Dropped wire events come back as KVR_NORM_DROP
+ * with their reason. Updates counters (drops included). */
+void kvr_normalize(kvr_normalizer *n, const kvr_raw_event *ev, kvr_norm_event *out);
+/* Count a drop decided by a later layer (convert, index) for this rank. */
+void kvr_normalizer_count_drop(kvr_normalizer *n, kvr_drop_reason reason);
+void kvr_normalizer_counters_get(const kvr_normalizer *n, kvr_normalizer_counters *out);
+/* The mode in force: for AUTO, LEGACY until the first wide id, then ENGINE_WIDE. */
+kvr_mm_identity kvr_normalizer_effective_mode(const kvr_normalizer *n);
+bool kvr_normalizer_wide_seen(const kvr_normalizer *n);
+/* Forget exclusion sets and learned group kinds (used on clear/restart). */
+void kvr_normalizer_reset(kvr_normalizer *n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,103 @@
+/* Wire layer (SPEC §2-3): ZeroMQ frames and msgpack batches -> raw events.
+ * Tokens stay u64 here so wide Kimi ids survive decoding. */
+#ifndef KVROUTER_WIRE_H
+#define KVROUTER_WIRE_H
+
+#include "kvrouter/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* SPEC §3 bounds, applied before any allocation. */
+#define KVR_WIRE_MAX_HASHES 65536u
+#define KVR_WIRE_MAX_TOKENS (1u << 20)
+#define KVR_WIRE_MAX_DEPTH 32u
+#define KVR_WIRE_MAX_EVENTS (1u << 20)
+
+typedef enum {
+    KVR_EV_STORED = 0,
+    KVR_EV_REMOVED = 1,
+    KVR_EV_CLEARED = 2,
+    KVR_EV_DROPPED = 3 /* decoded as far as the batch goes, then rejected */
+} kvr_event_type;
+
+typedef struct {
+    kvr_event_type type;
+    kvr_drop_reason drop_reason; /* when type == KVR_EV_DROPPED */
+    kvr_tier tier;               /* stored / removed */
+
+    bool has_parent;
+    uint64_t parent;
+
+    const uint64_t *block_hashes; /* engine hashes, u64 bits */
+    uint32_t n_block_hashes;
+
+    const uint64_t *token_ids; /* stored: u64 tokens, Eagle bigrams flattened */
+    uint32_t n_token_ids;
+    bool eagle;                /* token_ids came in the bigram form */
+
+    uint32_t block_size;       /* 0 when absent */
+    bool has_lora_id;
+    int64_t lora_id;
+    kvr_str lora_name;         /* vLLM string at position 7 */
+    kvr_str cache_salt;        /* SGLang metadata map, or top-level map key */
+    kvr_str session_id;        /* SGLang metadata map */
+
+    bool has_group_idx;
+    int64_t group_idx;
+    kvr_str kv_cache_spec_kind;
+    bool has_sliding_window;
+    int64_t sliding_window;
+    kvr_str locality;
+} kvr_raw_event;
+
+typedef enum {
+    KVR_BATCH_OK = 0,
+    KVR_BATCH_INVALID_MSGPACK, /* mp_check failed, truncated, or trailing bytes */
+    KVR_BATCH_BAD_SHAPE,       /* not [ts, events(, rank)] nor a map with events */
+    KVR_BATCH_TOO_LARGE,       /* more events than KVR_WIRE_MAX_EVENTS or too deep */
+    KVR_BATCH_NO_MEMORY,
+    KVR_BATCH_ERROR_COUNT
+} kvr_batch_error;
+
+const char *kvr_batch_error_name(kvr_batch_error err);
+
+/* A decoded batch. Reusable: decode into the same struct again without
+ * freeing; its buffers grow to the largest batch seen. String fields of the
+ * events borrow from the payload bytes, which must outlive the batch's use. */
+typedef struct {
+    double ts;
+    bool has_dp_rank;
+    uint32_t dp_rank;
+    kvr_raw_event *events; /* every event of the batch in order, dropped ones included */
+    uint32_t n_events;
+    uint32_t n_dropped;
+
+    /* private storage */
+    uint64_t *u64_buf;
+    size_t u64_cap;
+    size_t events_cap;
+} kvr_batch;
+
+void kvr_batch_init(kvr_batch *b);
+void kvr_batch_free(kvr_batch *b);
+kvr_batch_error kvr_batch_decode(kvr_batch *b, const void *payload, size_t len);
+
+/* Frame layer: a ZeroMQ message is exactly [topic, seq (8 bytes BE), payload]. */
+typedef enum {
+    KVR_FRAME_OK = 0,
+    KVR_FRAME_WRONG_COUNT,
+    KVR_FRAME_BAD_SEQ_LENGTH
+} kvr_frame_error;
+
+const char *kvr_frame_error_name(kvr_frame_error err);
+kvr_frame_error kvr_frame_parse(size_t n_frames, const void *seq_frame, size_t seq_len,
+                                uint64_t *seq_out);
+/* Maps a SPEC §3 medium string to a tier; nil/"" -> gpu. -1 if unknown. */
+int kvr_wire_medium_tier(kvr_str medium);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

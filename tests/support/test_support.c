@@ -1,0 +1,84 @@
+#include "test_support.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *kvr_test_path(const char *relative)
+{
+    static char buf[4096];
+    const char *root = getenv("KVR_SOURCE_DIR");
+    snprintf(buf, sizeof buf, "%s/%s", root ? root : ".", relative);
+    return buf;
+}
+
+const char *kvr_test_binary(void)
+{
+    const char *bin = getenv("KVR_BINARY");
+    return bin ? bin : "./kvrouter";
+}
+
+char *kvr_test_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)size + 1);
+    if (buf && fread(buf, 1, (size_t)size, f) != (size_t)size) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) {
+        buf[size] = 0;
+        if (len)
+            *len = (size_t)size;
+    }
+    return buf;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+unsigned char *kvr_test_hex(const char *hex, size_t *len)
+{
+    size_t n = strlen(hex);
+    if (n % 2)
+        return NULL;
+    unsigned char *out = malloc(n / 2 + 1);
+    for (size_t i = 0; i < n / 2; i++) {
+        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0) {
+            free(out);
+            return NULL;
+        }
+        out[i] = (unsigned char)(hi << 4 | lo);
+    }
+    *len = n / 2;
+    return out;
+}
+
+json_t *kvr_test_load_json(const char *relative)
+{
+    json_error_t err;
+    json_t *j = json_load_file(kvr_test_path(relative), 0, &err);
+    if (!j)
+        fail_msg("cannot parse %s: %s (line %d)", relative, err.text, err.line);
+    return j;
+}
+
+uint64_t kvr_test_u64(const char *decimal)
+{
+    return strtoull(decimal, NULL, 10);
+}
