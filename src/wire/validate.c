@@ -1,0 +1,60 @@
+/* Whole-payload validation: the only place that trusts nothing about the
+ * bytes. See wire_internal.h for why mp_check alone is not enough. */
+#include "wire/wire_internal.h"
+
+#include <msgpuck.h>
+#include <stdint.h>
+
+kvr_batch_error kvr_wire_validate(const char *p, size_t len)
+{
+    /* msgpuck counts pending elements in an int; keep every count it can
+     * see far below INT_MAX so its skip/check loops cannot wrap. */
+    if (len == 0)
+        return KVR_BATCH_INVALID_MSGPACK;
+    if (len > (size_t)INT32_MAX / 4)
+        return KVR_BATCH_TOO_LARGE;
+    const char *end = p + len;
+    const char *cur = p;
+    if (mp_check(&cur, end) != 0 || cur != end)
+        return KVR_BATCH_INVALID_MSGPACK;
+
+    /* Iterative walk: left[d] is the number of elements still to read in the
+     * container open at depth d (depth 0 is the single top-level value). */
+    uint64_t left[KVR_WIRE_MAX_DEPTH + 1];
+    unsigned depth = 0;
+    left[0] = 1;
+    cur = p;
+    for (;;) {
+        while (left[depth] == 0) {
+            if (depth == 0)
+                return cur == end ? KVR_BATCH_OK : KVR_BATCH_INVALID_MSGPACK;
+            depth--;
+        }
+        left[depth]--;
+        if (cur >= end)
+            return KVR_BATCH_INVALID_MSGPACK;
+        enum mp_type t = mp_typeof(*cur);
+        if (t == MP_ARRAY || t == MP_MAP) {
+            uint64_t n;
+            if (t == MP_ARRAY) {
+                if (mp_check_array(cur, end) > 0)
+                    return KVR_BATCH_INVALID_MSGPACK;
+                n = mp_decode_array(&cur);
+            } else {
+                if (mp_check_map(cur, end) > 0)
+                    return KVR_BATCH_INVALID_MSGPACK;
+                n = 2 * (uint64_t)mp_decode_map(&cur);
+            }
+            /* every element takes at least one byte */
+            if (n > (uint64_t)(end - cur))
+                return KVR_BATCH_INVALID_MSGPACK;
+            if (depth + 1 > KVR_WIRE_MAX_DEPTH)
+                return KVR_BATCH_TOO_LARGE;
+            left[++depth] = n;
+        } else {
+            /* a scalar: mp_check on it reads exactly one header + body */
+            if (mp_check(&cur, end) != 0)
+                return KVR_BATCH_INVALID_MSGPACK;
+        }
+    }
+}

@@ -1,0 +1,35 @@
+/* Private helpers shared by the wire decoder's files. */
+#ifndef KVR_WIRE_INTERNAL_H
+#define KVR_WIRE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvrouter/wire.h"
+
+/* Validates a whole payload before anything reads it: mp_check (no
+ * truncation, no trailing bytes), then a structural walk that bounds nesting
+ * at KVR_WIRE_MAX_DEPTH and rechecks every container count against the bytes
+ * left. The recheck matters: mp_check keeps its pending-element counter in an
+ * int, so a forged 32-bit array/map count wraps it and mp_check can accept a
+ * payload whose declared counts run past its end. After this returns OK,
+ * mp_decode_* and mp_next stay inside [p, p + len). */
+kvr_batch_error kvr_wire_validate(const char *p, size_t len);
+
+/* Makes room for `extra` more u64s after b->u64_buf[used]. The buffer may
+ * move: pointers already handed to b->events[0..n_live) are rebased. */
+bool kvr_wire_u64_reserve(kvr_batch *b, size_t used, size_t extra, uint32_t n_live);
+
+/* Reads a non-negative int of either msgpack family (engines may send a
+ * positive value in a signed format) that is at most max. On false nothing
+ * sensible was read and *p is unspecified. */
+bool kvr_wire_read_uint(const char **p, uint64_t max, uint64_t *out);
+
+/* Decodes one event (a tagged array or a map) at *cur into b->events[index],
+ * appending its hashes and tokens to b->u64_buf at *u64_used, and advances
+ * *cur past the event (the payload must have passed kvr_wire_validate).
+ * Returns false only on out-of-memory; a bad event becomes KVR_EV_DROPPED. */
+bool kvr_wire_decode_event(kvr_batch *b, const char **cur, uint32_t index, size_t *u64_used);
+
+#endif
