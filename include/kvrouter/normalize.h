@@ -71,6 +71,9 @@ void kvr_normalizer_counters_get(const kvr_normalizer *n, kvr_normalizer_counter
 /* The mode in force: for AUTO, LEGACY until the first wide id, then ENGINE_WIDE. */
 kvr_mm_identity kvr_normalizer_effective_mode(const kvr_normalizer *n);
 bool kvr_normalizer_wide_seen(const kvr_normalizer *n);
+/* Warnings this normalizer wrote to stderr (legacy wide ids, fallback,
+ * rate-limited block size mismatch): lets tests and /workers see them. */
+uint64_t kvr_normalizer_warnings(const kvr_normalizer *n);
 /* Forget exclusion sets and learned group kinds (used on clear/restart). */
 void kvr_normalizer_reset(kvr_normalizer *n);
 

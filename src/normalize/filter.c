@@ -1,0 +1,88 @@
+#include "normalize/filter.h"
+
+#include <time.h>
+
+/* Values of group_kinds; 0 is never stored so a miss is unambiguous. */
+#define GROUP_MAIN 1u
+#define GROUP_OTHER 2u
+/* A stream that names endless group ids must not grow memory without bound:
+ * past this many learned groups new ones are judged per event only. */
+#define MAX_LEARNED_GROUPS 4096u
+
+void kvr_norm_filter_init(kvr_norm_filter *f, uint32_t block_size)
+{
+    kvr_u64map_init(&f->group_kinds);
+    f->block_size = block_size;
+    f->mismatch_warned = false;
+    f->last_mismatch_warn = 0;
+}
+
+void kvr_norm_filter_free(kvr_norm_filter *f)
+{
+    kvr_u64map_free(&f->group_kinds);
+}
+
+void kvr_norm_filter_reset(kvr_norm_filter *f)
+{
+    kvr_u64map_clear(&f->group_kinds);
+}
+
+static bool kind_is_main(kvr_str kind)
+{
+    return kvr_str_eq_nocase(kind, "full_attention") || kvr_str_eq_nocase(kind, "mla_attention") ||
+           kvr_str_eq_nocase(kind, "sink_full_attention");
+}
+
+static kvr_drop_reason check_group(kvr_norm_filter *f, const kvr_raw_event *ev)
+{
+    /* Engines without hybrid attention send no group: that is group 0. */
+    uint64_t group = ev->has_group_idx ? (uint64_t)ev->group_idx : 0;
+    if (kvr_str_nonempty(ev->kv_cache_spec_kind)) {
+        bool main = kind_is_main(ev->kv_cache_spec_kind);
+        /* Only stores teach kinds: removals echo what stores announced. */
+        if (ev->type == KVR_EV_STORED &&
+            (kvr_u64map_len(&f->group_kinds) < MAX_LEARNED_GROUPS ||
+             kvr_u64map_find(&f->group_kinds, group)))
+            kvr_u64map_put(&f->group_kinds, group, main ? GROUP_MAIN : GROUP_OTHER);
+        return main ? KVR_DROP_NONE : KVR_DROP_NON_MAIN_ATTENTION;
+    }
+    uint64_t learned;
+    if (kvr_u64map_get(&f->group_kinds, group, &learned))
+        return learned == GROUP_MAIN ? KVR_DROP_NONE : KVR_DROP_NON_MAIN_ATTENTION;
+    /* An unknown group other than the default one may be a sliding-window
+     * group whose store we never saw: indexing it would corrupt matches. */
+    return group == 0 ? KVR_DROP_NONE : KVR_DROP_NON_MAIN_ATTENTION;
+}
+
+static bool locality_ok(kvr_str loc)
+{
+    /* Fail closed: anything but local (or unset) may describe blocks this
+     * worker cannot serve from its own cache. */
+    return !kvr_str_nonempty(loc) || kvr_str_eq_nocase(loc, "local");
+}
+
+kvr_drop_reason kvr_norm_filter_check(kvr_norm_filter *f, const kvr_raw_event *ev)
+{
+    /* Group first: hybrid models give sliding-window groups other block
+     * sizes, and those are non-main-attention, not a misconfiguration. */
+    kvr_drop_reason r = check_group(f, ev);
+    if (r != KVR_DROP_NONE)
+        return r;
+    if (!locality_ok(ev->locality))
+        return KVR_DROP_REMOTE_LOCALITY;
+    if (ev->block_size != 0 && ev->block_size != f->block_size)
+        return KVR_DROP_BLOCK_SIZE_MISMATCH;
+    return KVR_DROP_NONE;
+}
+
+bool kvr_norm_filter_mismatch_warn_due(kvr_norm_filter *f)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    if (f->mismatch_warned && now - f->last_mismatch_warn < KVR_MISMATCH_WARN_INTERVAL_S)
+        return false;
+    f->mismatch_warned = true;
+    f->last_mismatch_warn = now;
+    return true;
+}

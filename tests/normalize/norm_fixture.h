@@ -1,0 +1,97 @@
+/* Builders for raw events and normalizers shared by the normalizer tests.
+ * Events are built directly as kvr_raw_event structs (no msgpack). */
+#ifndef KVR_TEST_NORM_FIXTURE_H
+#define KVR_TEST_NORM_FIXTURE_H
+
+#include "test_support.h"
+
+#include <string.h>
+
+#include "kvrouter/normalize.h"
+
+/* A token id that does not fit in u32 (a Kimi wide pad). */
+#define WIDE 0x100000007ULL
+
+static inline kvr_str S(const char *s)
+{
+    kvr_str r = {s, s ? (uint32_t)strlen(s) : 0};
+    return r;
+}
+
+static inline kvr_normalizer *mk_norm(kvr_mm_identity mode, uint32_t b, bool eagle,
+                                      uint32_t capacity)
+{
+    kvr_normalizer_config cfg = {.block_size = b, .eagle = eagle, .mm_identity = mode,
+                                 .mm_capacity = capacity, .worker_id = 7, .dp_rank = 1};
+    kvr_normalizer *n = kvr_normalizer_create(&cfg);
+    assert_non_null(n);
+    return n;
+}
+
+/* Text tokens base, base+1, ... (all below the text limit). */
+static inline void text(uint64_t *tok, size_t n, uint64_t base)
+{
+    for (size_t i = 0; i < n; i++)
+        tok[i] = base + i;
+}
+
+static inline kvr_raw_event store_ev(const uint64_t *hashes, uint32_t nh, bool has_parent,
+                                     uint64_t parent, const uint64_t *tokens, uint32_t nt)
+{
+    kvr_raw_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.type = KVR_EV_STORED;
+    ev.tier = KVR_TIER_GPU;
+    ev.block_hashes = hashes;
+    ev.n_block_hashes = nh;
+    ev.has_parent = has_parent;
+    ev.parent = parent;
+    ev.token_ids = tokens;
+    ev.n_token_ids = nt;
+    return ev;
+}
+
+static inline kvr_raw_event remove_ev(const uint64_t *hashes, uint32_t nh)
+{
+    kvr_raw_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.type = KVR_EV_REMOVED;
+    ev.tier = KVR_TIER_GPU;
+    ev.block_hashes = hashes;
+    ev.n_block_hashes = nh;
+    return ev;
+}
+
+static inline kvr_raw_event clear_ev(void)
+{
+    kvr_raw_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.type = KVR_EV_CLEARED;
+    return ev;
+}
+
+static inline kvr_normalizer_counters counters(const kvr_normalizer *n)
+{
+    kvr_normalizer_counters c;
+    kvr_normalizer_counters_get(n, &c);
+    return c;
+}
+
+/* Asserts out is an empty removal (a store the index must not see). */
+static inline void assert_empty_removal(const kvr_norm_event *out)
+{
+    assert_int_equal(out->kind, KVR_NORM_REMOVE);
+    assert_int_equal(out->n_block_hashes, 0);
+}
+
+static inline void assert_store_of(const kvr_norm_event *out, const uint64_t *hashes,
+                                   uint32_t n, uint32_t n_tokens)
+{
+    assert_int_equal(out->kind, KVR_NORM_STORE);
+    assert_int_equal(out->n_block_hashes, n);
+    for (uint32_t i = 0; i < n; i++)
+        assert_int_equal(out->block_hashes[i], hashes[i]);
+    assert_int_equal(out->n_tokens, n_tokens);
+}
+
+#endif
