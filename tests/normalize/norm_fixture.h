@@ -35,15 +35,21 @@ static inline void text(uint64_t *tok, size_t n, uint64_t base)
         tok[i] = base + i;
 }
 
-static inline kvr_raw_event store_ev(const uint64_t *hashes, uint32_t nh, bool has_parent,
-                                     uint64_t parent, const uint64_t *tokens, uint32_t nt)
+static inline kvr_raw_event base_ev(kvr_event_type type, const uint64_t *hashes, uint32_t nh)
 {
     kvr_raw_event ev;
     memset(&ev, 0, sizeof ev);
-    ev.type = KVR_EV_STORED;
+    ev.type = type;
     ev.tier = KVR_TIER_GPU;
     ev.block_hashes = hashes;
     ev.n_block_hashes = nh;
+    return ev;
+}
+
+static inline kvr_raw_event store_ev(const uint64_t *hashes, uint32_t nh, bool has_parent,
+                                     uint64_t parent, const uint64_t *tokens, uint32_t nt)
+{
+    kvr_raw_event ev = base_ev(KVR_EV_STORED, hashes, nh);
     ev.has_parent = has_parent;
     ev.parent = parent;
     ev.token_ids = tokens;
@@ -53,21 +59,12 @@ static inline kvr_raw_event store_ev(const uint64_t *hashes, uint32_t nh, bool h
 
 static inline kvr_raw_event remove_ev(const uint64_t *hashes, uint32_t nh)
 {
-    kvr_raw_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.type = KVR_EV_REMOVED;
-    ev.tier = KVR_TIER_GPU;
-    ev.block_hashes = hashes;
-    ev.n_block_hashes = nh;
-    return ev;
+    return base_ev(KVR_EV_REMOVED, hashes, nh);
 }
 
 static inline kvr_raw_event clear_ev(void)
 {
-    kvr_raw_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.type = KVR_EV_CLEARED;
-    return ev;
+    return base_ev(KVR_EV_CLEARED, NULL, 0);
 }
 
 static inline kvr_normalizer_counters counters(const kvr_normalizer *n)
