@@ -17,10 +17,21 @@ void kvr_converter_reset(kvr_converter *c);
 
 /* Fills out_local[0..store->n_block_hashes). Returns KVR_DROP_NONE, or
  * KVR_DROP_DUPLICATE_IDS when {parent} ∪ hashes repeats: the caller then
- * applies an empty removal (never a clear) and logs a warning. */
+ * applies an empty removal (never a clear) and logs a warning; or
+ * KVR_DROP_MALFORMED_EVENT when the store has fewer whole-block tokens than
+ * hashes (the normalizer never produces that). */
 kvr_drop_reason kvr_convert_store(kvr_converter *c, const kvr_norm_event *store,
                                   uint64_t *out_local);
-/* Drop per-block state of removed engine hashes. */
+/* Drop per-block state of removed engine hashes, on every tier. */
 void kvr_convert_removed(kvr_converter *c, const uint64_t *engine_hashes, size_t n);
+/* Same for a removal from one tier: the salt of a block stays known while
+ * another tier still holds it (gpu eviction after cpu offload). Prefer this
+ * one for BlockRemoved events. */
+void kvr_convert_removed_tier(kvr_converter *c, kvr_tier tier, const uint64_t *engine_hashes,
+                              size_t n);
+/* Seed of the registered adapter without salt. */
+uint64_t kvr_converter_default_seed(const kvr_converter *c);
+/* Blocks whose non-default seed is remembered (memory check). */
+size_t kvr_converter_tracked_blocks(const kvr_converter *c);
 
 #endif
