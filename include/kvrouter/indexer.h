@@ -15,6 +15,13 @@ extern "C" {
 
 #define KVR_DEFAULT_ROUTING_GROUP "default"
 #define KVR_NAME_MAX 256
+/* Registration bounds: no engine uses blocks near this size, and it keeps
+ * per-block windows small. */
+#define KVR_MAX_BLOCK_SIZE 65536u
+/* Distinct dp ranks tracked per worker; a batch naming a new rank beyond this
+ * is rejected and counted (batches_rejected), so a bad dp_rank field cannot
+ * grow memory without bound. */
+#define KVR_MAX_DP_RANKS 4096u
 
 typedef struct kvr_indexer kvr_indexer;
 typedef struct kvr_worker kvr_worker; /* handle; valid until unregistered */
@@ -36,21 +43,52 @@ typedef enum {
     KVR_REG_UNCHANGED,         /* same effective settings: state kept */
     KVR_REG_RESET,             /* settings changed: worker's index state cleared */
     KVR_REG_BLOCK_SIZE_CONFLICT,
-    KVR_REG_INVALID
+    KVR_REG_INVALID,
+    KVR_REG_UPDATED            /* only accepts_mm_hashes changed: state kept */
 } kvr_reg_result;
+
+/* "created", "unchanged", "reset", "block_size_conflict", "invalid", "updated". */
+const char *kvr_reg_result_name(kvr_reg_result r);
 
 kvr_indexer *kvr_indexer_create(void);
 void kvr_indexer_destroy(kvr_indexer *ix);
 
+/* Registry semantics:
+ * - key (model, group, worker_id); group NULL or "" -> "default".
+ * - INVALID: model empty/NULL, a name >= KVR_NAME_MAX bytes, block_size 0 or
+ *   above KVR_MAX_BLOCK_SIZE, mm_identity or accepts_mm_hashes out of range.
+ * - BLOCK_SIZE_CONFLICT: another registered worker of (model, group) has a
+ *   different block size. The size binds while any worker of the group is
+ *   registered (a group holding only dump-loaded state takes the size of its
+ *   next registration). A worker alone in its group may change it (RESET).
+ * - Effective settings: block size, mm_identity, eagle, lora (NULL == ""),
+ *   mm_capacity (0 == default). Any difference -> RESET: the worker's index
+ *   ownerships on every rank (dump-loaded ones too) are cleared and its
+ *   normalizers/converters are rebuilt lazily with the new settings.
+ * - accepts_mm_hashes compares by its effective rule: -1 equals the explicit
+ *   default of legacy (1) and engine_wide (0); for auto, -1 (flips after wide
+ *   ids) differs from an explicit value. Only that differing -> UPDATED.
+ * - *out (may be NULL) gets the handle, or NULL for CONFLICT/INVALID. The
+ *   handle stays the same across UNCHANGED/UPDATED/RESET. */
 kvr_reg_result kvr_indexer_register(kvr_indexer *ix, const kvr_worker_settings *s,
                                     kvr_worker **out);
 kvr_worker *kvr_indexer_find(kvr_indexer *ix, const char *model, const char *group,
                              uint64_t worker_id);
-/* Removes the worker and all its index state. */
+/* Removes the worker and all its index state. The caller must have stopped
+ * every source that applies batches with this handle. */
 void kvr_indexer_unregister(kvr_indexer *ix, kvr_worker *w);
+/* Clears one rank and frees its per-rank state (normalizer, converter,
+ * counters); the worker stays registered. Returns false if the rank had no
+ * state. */
+bool kvr_indexer_unregister_rank(kvr_indexer *ix, kvr_worker *w, uint32_t rank);
 
 /* Applies one decoded batch from socket rank `rank` (the batch's own dp_rank
- * overrides it). Events apply one at a time, in order. */
+ * overrides it). Events apply one at a time, in order, each as one index call
+ * (matches never wait behind a batch). Drops are counted per rank:
+ * duplicate_ids (nothing applied, never a clear), parent_not_found (store
+ * skipped), block_not_found (once per unknown handle of a removal). Batches of
+ * different ranks of one worker may be applied concurrently; batches of one
+ * rank must come from one thread at a time to keep their order. */
 void kvr_indexer_apply(kvr_indexer *ix, kvr_worker *w, uint32_t rank, const kvr_batch *b);
 /* Clears (worker, rank): index ownerships, exclusion sets, converter state. */
 void kvr_indexer_clear_rank(kvr_indexer *ix, kvr_worker *w, uint32_t rank);
@@ -60,6 +98,36 @@ kvr_index *kvr_indexer_index(kvr_indexer *ix, const char *model, const char *gro
 /* Block size of (model, group), 0 if none registered. */
 uint32_t kvr_indexer_block_size(kvr_indexer *ix, const char *model, const char *group);
 
+/* Match helpers: look up (model, group) without the registry lock (indexes
+ * are never freed before the indexer) and match. Return 0 with *out = NULL
+ * when the group does not exist. match_tokens hashes whole blocks with the
+ * group's block size, Eagle windows if eagle, and the given seed
+ * (kvr_hash_seed(lora, salt)). */
+size_t kvr_indexer_match_hashes(kvr_indexer *ix, const char *model, const char *group,
+                                kvr_match_ctx *ctx, const uint64_t *local_hashes, size_t n,
+                                const kvr_match_entry **out);
+size_t kvr_indexer_match_tokens(kvr_indexer *ix, const char *model, const char *group,
+                                kvr_match_ctx *ctx, const uint32_t *tokens, size_t n_tokens,
+                                bool eagle, uint64_t seed, const kvr_match_entry **out);
+
+/* What the router needs to build a worker's routing sequence (SPEC §5
+ * request side): small enough to snapshot per request. */
+typedef struct {
+    uint64_t worker_id;
+    uint32_t block_size;
+    bool is_eagle;
+    bool accepts_mm_hashes;        /* effective now */
+    kvr_mm_identity mm_identity;   /* as registered */
+    uint64_t lora_seed;            /* kvr_hash_seed(lora, none) */
+    char lora_name[KVR_NAME_MAX];  /* "" when none */
+} kvr_worker_caps;
+
+void kvr_worker_caps_get(kvr_indexer *ix, kvr_worker *w, kvr_worker_caps *out);
+/* Caps of the workers of (model, group) (group NULL -> "default"), in
+ * registration order. Returns the count; writes at most cap. */
+size_t kvr_indexer_caps_list(kvr_indexer *ix, const char *model, const char *group,
+                             kvr_worker_caps *out, size_t cap);
+
 /* Per-rank state for /workers and /metrics. */
 typedef struct {
     uint32_t dp_rank;
@@ -68,6 +136,7 @@ typedef struct {
     uint64_t events_stored, events_removed, events_cleared, events_dropped;
     uint64_t blocks_stored, blocks_removed;
     kvr_normalizer_counters norm;
+    bool wide_seen;
 } kvr_rank_info;
 
 #define KVR_MAX_RANKS_INFO 64
@@ -82,18 +151,28 @@ typedef struct {
     bool accepts_mm_hashes_explicit;
     bool is_eagle;
     uint64_t lora_seed;            /* hash seed of the worker's adapter, no salt */
-    uint32_t n_ranks;
+    uint32_t n_ranks;              /* entries written below, sorted by dp_rank */
+    uint32_t n_ranks_total;        /* ranks with state (may exceed KVR_MAX_RANKS_INFO) */
+    bool wide_seen;                /* any rank saw a wide id since (re)registration */
+    uint64_t resets;               /* registrations that returned RESET */
+    uint64_t batches_rejected;     /* dp_rank beyond KVR_MAX_DP_RANKS distinct ranks */
     kvr_rank_info ranks[KVR_MAX_RANKS_INFO];
 } kvr_worker_info;
 
 void kvr_worker_info_get(kvr_indexer *ix, kvr_worker *w, kvr_worker_info *out);
-/* Snapshot of the workers of (model, group) (all when model == NULL).
- * Returns the count; writes at most cap. */
+/* Snapshot of the workers of (model, group) (all when model == NULL; every
+ * group of the model when group == NULL). Returns the count; writes at most
+ * cap (out may be NULL with cap 0 to size the array). */
 size_t kvr_indexer_list(kvr_indexer *ix, const char *model, const char *group,
                         kvr_worker_info *out, size_t cap);
 
 /* Snapshot every index as store events (see kvr_index_dump), with model and
- * group. Loading goes through kvr_indexer_load_store. */
+ * group. Loading goes through kvr_indexer_load_store, which creates the
+ * (model, group) index if needed (block size 0 = unknown until a registration
+ * sets it) and stores the blocks for (worker, rank) directly in the index:
+ * loaded ownerships count as that worker's state (cleared by its unregister
+ * or reset) even before it registers. Returns KVR_DROP_NONE,
+ * KVR_DROP_PARENT_NOT_FOUND, or KVR_DROP_MALFORMED_EVENT for bad arguments. */
 typedef void (*kvr_indexer_dump_fn)(void *user, const char *model, const char *group,
                                     const kvr_dump_store *ev);
 void kvr_indexer_dump(kvr_indexer *ix, kvr_indexer_dump_fn fn, void *user);
