@@ -1,0 +1,274 @@
+/* Library facade, ingestion part: per-(worker, rank) state and the
+ * normalize -> convert -> index pipeline for decoded batches. */
+#include "index/indexer_internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+kvr_rank_state *kvr_ix_rank_create(kvr_worker *w, uint32_t rank)
+{
+    kvr_rank_state *r = calloc(1, sizeof(*r));
+    if (!r)
+        return NULL;
+    kvr_normalizer_config cfg = {
+        .block_size = w->conf.block_size,
+        .eagle = w->conf.is_eagle,
+        .mm_identity = w->conf.mm_identity,
+        .mm_capacity = w->conf.mm_capacity,
+        .worker_id = w->worker_id,
+        .dp_rank = rank,
+    };
+    pthread_mutex_init(&r->mu, NULL);
+    r->rank = rank;
+    r->norm = kvr_normalizer_create(&cfg);
+    r->conv = kvr_converter_create(w->conf.block_size, w->conf.is_eagle,
+                                   w->conf.lora[0] ? w->conf.lora : NULL);
+    r->owner = kvr_index_owner(w->grp->idx, w->worker_id, rank);
+    if (!r->norm || !r->conv || r->owner == KVR_OWNER_NONE) {
+        kvr_ix_rank_destroy(r);
+        return NULL;
+    }
+    return r;
+}
+
+void kvr_ix_rank_destroy(kvr_rank_state *r)
+{
+    if (!r)
+        return;
+    if (r->norm)
+        kvr_normalizer_destroy(r->norm);
+    if (r->conv)
+        kvr_converter_destroy(r->conv);
+    pthread_mutex_destroy(&r->mu);
+    free(r->local);
+    free(r);
+}
+
+kvr_rank_state *kvr_ix_rank_get(kvr_worker *w, uint32_t rank, bool create)
+{
+    kvr_rank_state *found = NULL;
+    pthread_mutex_lock(&w->mu);
+    for (size_t i = 0; i < w->n_ranks; i++) {
+        if (w->ranks[i]->rank == rank) {
+            found = w->ranks[i];
+            break;
+        }
+    }
+    if (!found && create && w->n_ranks < KVR_MAX_DP_RANKS) {
+        if (w->n_ranks == w->cap_ranks) {
+            size_t cap = w->cap_ranks ? w->cap_ranks * 2 : 4;
+            kvr_rank_state **nr = realloc(w->ranks, cap * sizeof(*nr));
+            if (nr) {
+                w->ranks = nr;
+                w->cap_ranks = cap;
+            }
+        }
+        if (w->n_ranks < w->cap_ranks) {
+            found = kvr_ix_rank_create(w, rank);
+            if (found)
+                w->ranks[w->n_ranks++] = found;
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+    return found;
+}
+
+void kvr_ix_rank_clear(kvr_worker *w, kvr_rank_state *r)
+{
+    kvr_index_clear_owner(w->grp->idx, r->owner);
+    kvr_normalizer_reset(r->norm);
+    kvr_converter_reset(r->conv);
+}
+
+void kvr_ix_worker_drop_state(kvr_worker *w)
+{
+    kvr_group *g = w->grp;
+    for (size_t i = 0; i < w->n_ranks; i++) {
+        kvr_index_clear_owner(g->idx, w->ranks[i]->owner);
+        kvr_ix_rank_destroy(w->ranks[i]);
+    }
+    w->n_ranks = 0;
+
+    /* Ownerships loaded from a peer's dump for this worker id. Collected
+     * first: the map must not change while iterated. */
+    pthread_mutex_lock(&g->loaded_mu);
+    size_t n = kvr_u64map_len(&g->loaded) + (g->loaded.has_zero ? 1 : 0);
+    uint64_t *owners = n ? malloc(n * sizeof(*owners)) : NULL;
+    size_t k = 0, it = 0;
+    uint64_t key, val;
+    while (owners && kvr_u64map_next(&g->loaded, &it, &key, &val))
+        if (val == w->worker_id && k < n)
+            owners[k++] = key;
+    for (size_t i = 0; i < k; i++) {
+        kvr_index_clear_owner(g->idx, (kvr_owner)owners[i]);
+        kvr_u64map_del(&g->loaded, owners[i], NULL);
+    }
+    pthread_mutex_unlock(&g->loaded_mu);
+    free(owners);
+}
+
+static bool ensure_local(kvr_rank_state *r, size_t n)
+{
+    if (n <= r->local_cap)
+        return true;
+    size_t cap = r->local_cap ? r->local_cap : 64;
+    while (cap < n)
+        cap *= 2;
+    uint64_t *nl = realloc(r->local, cap * sizeof(*nl));
+    if (!nl)
+        return false;
+    r->local = nl;
+    r->local_cap = cap;
+    return true;
+}
+
+static void count_drop(kvr_rank_state *r, kvr_drop_reason reason)
+{
+    kvr_normalizer_count_drop(r->norm, reason);
+    r->events_dropped++;
+}
+
+/* Returns false when the event was dropped (already counted). */
+static bool apply_store(kvr_worker *w, kvr_rank_state *r, const kvr_norm_event *ne)
+{
+    size_t n = ne->n_block_hashes;
+    if (n == 0)
+        return true;
+    if (!ensure_local(r, n)) {
+        count_drop(r, KVR_DROP_OVERSIZED_EVENT);
+        return false;
+    }
+    kvr_drop_reason why = kvr_convert_store(r->conv, ne, r->local);
+    if (why == KVR_DROP_DUPLICATE_IDS) {
+        /* An engine bug, not a reset: applying it as a clear would wipe the
+         * worker's whole prefix set (SPEC §5 rule 1). Warn at powers of two
+         * so a flood stays visible without filling the log. */
+        r->dup_warnings++;
+        if ((r->dup_warnings & (r->dup_warnings - 1)) == 0)
+            fprintf(stderr,
+                    "kvrouter: worker %" PRIu64 " rank %u: store with repeated block ids "
+                    "ignored (%" PRIu64 " so far)\n",
+                    w->worker_id, r->rank, r->dup_warnings);
+    }
+    if (why == KVR_DROP_NONE)
+        why = kvr_index_store(w->grp->idx, r->owner, ne->tier, ne->has_parent, ne->parent,
+                              ne->block_hashes, r->local, n);
+    if (why != KVR_DROP_NONE) {
+        count_drop(r, why);
+        return false;
+    }
+    r->blocks_stored += n;
+    return true;
+}
+
+static void apply_remove(kvr_worker *w, kvr_rank_state *r, const kvr_norm_event *ne)
+{
+    size_t n = ne->n_block_hashes;
+    if (n == 0)
+        return; /* SPEC §5 rule 4: succeeds without looking anything up */
+    size_t unknown = kvr_index_remove(w->grp->idx, r->owner, ne->tier, ne->block_hashes, n);
+    /* Counted per handle: the gauge an operator needs is how many removals
+     * referenced blocks we never indexed. */
+    for (size_t i = 0; i < unknown; i++)
+        kvr_normalizer_count_drop(r->norm, KVR_DROP_BLOCK_NOT_FOUND);
+    r->blocks_removed += n - (unknown < n ? unknown : n);
+    kvr_convert_removed(r->conv, ne->block_hashes, n);
+}
+
+/* events_* count what the engine sent (a store the normalizer turned into
+ * an empty removal is still a store; its blocks show in the mm_ counters). */
+static void apply_event(kvr_worker *w, kvr_rank_state *r, const kvr_raw_event *ev)
+{
+    kvr_norm_event ne;
+    kvr_normalize(r->norm, ev, &ne);
+    switch (ne.kind) {
+    case KVR_NORM_STORE:
+        if (apply_store(w, r, &ne))
+            r->events_stored++;
+        break;
+    case KVR_NORM_REMOVE:
+        apply_remove(w, r, &ne);
+        if (ev->type == KVR_EV_STORED)
+            r->events_stored++;
+        else
+            r->events_removed++;
+        break;
+    case KVR_NORM_CLEAR:
+        /* the normalizer already forgot its exclusion sets */
+        kvr_index_clear_owner(w->grp->idx, r->owner);
+        kvr_converter_reset(r->conv);
+        r->events_cleared++;
+        break;
+    case KVR_NORM_DROP:
+    default:
+        r->events_dropped++; /* reason counted by the normalizer */
+        break;
+    }
+}
+
+void kvr_indexer_apply(kvr_indexer *ix, kvr_worker *w, uint32_t rank, const kvr_batch *b)
+{
+    if (!ix || !w || !b)
+        return;
+    if (b->has_dp_rank)
+        rank = b->dp_rank;
+    pthread_rwlock_rdlock(&ix->lock);
+    kvr_rank_state *r = kvr_ix_rank_get(w, rank, true);
+    if (!r) {
+        atomic_fetch_add(&w->batches_rejected, 1);
+        pthread_rwlock_unlock(&ix->lock);
+        return;
+    }
+    pthread_mutex_lock(&r->mu);
+    r->batches++;
+    for (uint32_t i = 0; i < b->n_events; i++)
+        apply_event(w, r, &b->events[i]);
+    bool wide = kvr_normalizer_wide_seen(r->norm);
+    pthread_mutex_unlock(&r->mu);
+    if (wide)
+        atomic_store(&w->wide_seen, true);
+    pthread_rwlock_unlock(&ix->lock);
+}
+
+void kvr_indexer_clear_rank(kvr_indexer *ix, kvr_worker *w, uint32_t rank)
+{
+    if (!ix || !w)
+        return;
+    pthread_rwlock_rdlock(&ix->lock);
+    kvr_rank_state *r = kvr_ix_rank_get(w, rank, false);
+    if (r) {
+        pthread_mutex_lock(&r->mu);
+        kvr_ix_rank_clear(w, r);
+        pthread_mutex_unlock(&r->mu);
+    } else {
+        /* no live state, but a peer dump may have given it ownerships */
+        kvr_owner o = kvr_index_find_owner(w->grp->idx, w->worker_id, rank);
+        if (o != KVR_OWNER_NONE)
+            kvr_index_clear_owner(w->grp->idx, o);
+    }
+    pthread_rwlock_unlock(&ix->lock);
+}
+
+bool kvr_indexer_unregister_rank(kvr_indexer *ix, kvr_worker *w, uint32_t rank)
+{
+    if (!ix || !w)
+        return false;
+    pthread_rwlock_wrlock(&ix->lock);
+    bool found = false;
+    for (size_t i = 0; i < w->n_ranks; i++) {
+        kvr_rank_state *r = w->ranks[i];
+        if (r->rank != rank)
+            continue;
+        kvr_index_clear_owner(w->grp->idx, r->owner);
+        kvr_ix_rank_destroy(r);
+        w->ranks[i] = w->ranks[--w->n_ranks];
+        found = true;
+        break;
+    }
+    kvr_owner o = kvr_index_find_owner(w->grp->idx, w->worker_id, rank);
+    if (o != KVR_OWNER_NONE)
+        kvr_index_clear_owner(w->grp->idx, o);
+    pthread_rwlock_unlock(&ix->lock);
+    return found;
+}
