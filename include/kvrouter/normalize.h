@@ -22,14 +22,19 @@ typedef struct {
 
 /* Counters of one (worker, rank). Names are the HTTP/metrics contract. */
 typedef struct {
+    /* Blocks kept from the index by media rules, in every mode: the first
+     * unsupported block and all after it (legacy truncation included),
+     * whole descendant stores, and stores with a parent in fallback. */
     uint64_t mm_blocks_excluded;
+    /* Stores cut at their own first unsupported block (any mode). */
     uint64_t mm_stores_truncated;
+    /* engine_wide stores excluded whole because their parent is excluded. */
     uint64_t mm_descendant_stores_excluded;
     uint64_t mm_removals_filtered;
     uint64_t mm_excluded_ids; /* gauge: current exclusion set size across tiers */
     uint64_t mm_fallback;     /* gauge 0/1 */
     uint64_t mm_fallback_entries;
-    uint64_t wide_tokens_seen;
+    uint64_t wide_tokens_seen; /* token ids above u32, in every mode */
     uint64_t drops[KVR_DROP_COUNT];
 } kvr_normalizer_counters;
 
@@ -63,7 +68,14 @@ typedef struct kvr_normalizer kvr_normalizer;
 kvr_normalizer *kvr_normalizer_create(const kvr_normalizer_config *cfg);
 void kvr_normalizer_destroy(kvr_normalizer *n);
 /* Normalizes one raw event. Dropped wire events come back as KVR_NORM_DROP
- * with their reason. Updates counters (drops included). */
+ * with their reason. Updates counters (drops included).
+ * - A store keeps min(n_block_hashes, whole blocks of its tokens) blocks at
+ *   most; hashes without tokens cannot be hashed and are not indexed.
+ * - A store left with no block becomes an empty KVR_NORM_REMOVE.
+ * - A store with repeated ids ({parent} ∪ hashes) comes back unchanged (all
+ *   hashes, all narrowed tokens): kvr_convert_store rejects it.
+ * - The store that would push the exclusion sets past mm_capacity enters
+ *   fallback and is itself handled by the fallback rules (nothing recorded). */
 void kvr_normalize(kvr_normalizer *n, const kvr_raw_event *ev, kvr_norm_event *out);
 /* Count a drop decided by a later layer (convert, index) for this rank. */
 void kvr_normalizer_count_drop(kvr_normalizer *n, kvr_drop_reason reason);
@@ -74,6 +86,8 @@ bool kvr_normalizer_wide_seen(const kvr_normalizer *n);
 /* Warnings this normalizer wrote to stderr (legacy wide ids, fallback,
  * rate-limited block size mismatch): lets tests and /workers see them. */
 uint64_t kvr_normalizer_warnings(const kvr_normalizer *n);
+/* Heap bytes held (exclusion sets, learned groups, scratch buffers). */
+size_t kvr_normalizer_bytes(const kvr_normalizer *n);
 /* Forget exclusion sets and learned group kinds (used on clear/restart). */
 void kvr_normalizer_reset(kvr_normalizer *n);
 

@@ -117,6 +117,16 @@ uint64_t kvr_normalizer_warnings(const kvr_normalizer *n)
     return n->warnings;
 }
 
+size_t kvr_normalizer_bytes(const kvr_normalizer *n)
+{
+    size_t bytes = sizeof *n + kvr_u64map_bytes(&n->filter.group_kinds) +
+                   n->dup.cap * sizeof *n->dup.slots + n->tokens_cap * sizeof *n->tokens +
+                   n->hashes_cap * sizeof *n->hashes;
+    for (int t = 0; t < KVR_TIER_COUNT; t++)
+        bytes += kvr_u64map_bytes(&n->excluded[t]);
+    return bytes;
+}
+
 static void drop(kvr_normalizer *n, kvr_norm_event *out, kvr_drop_reason reason)
 {
     if (reason == KVR_DROP_NONE || (unsigned)reason >= KVR_DROP_COUNT)

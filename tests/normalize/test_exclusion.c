@@ -165,6 +165,15 @@ static void test_tier_isolation(void **state)
     kvr_norm_event out;
     kvr_raw_event ev = store_ev(H, 3, false, 0, tok, 12); /* gpu: H[1], H[2] excluded */
     kvr_normalize(n, &ev, &out);
+    size_t bytes_gpu_only = kvr_normalizer_bytes(n);
+
+    /* the same hash stored on cpu (text there) is indexed */
+    const uint64_t same[] = {13};
+    ev = store_ev(same, 1, false, 0, t2, 4);
+    ev.tier = KVR_TIER_CPU;
+    kvr_normalize(n, &ev, &out);
+    assert_store_of(&out, same, 1, 4);
+    assert_int_equal(kvr_normalizer_bytes(n), bytes_gpu_only); /* cpu set untouched */
 
     /* on cpu, a child of H[2] is not a descendant of anything excluded */
     const uint64_t child[] = {61};
