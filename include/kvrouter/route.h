@@ -1,7 +1,12 @@
 /* Routing (SPEC §5 request side, §8): per-worker routing sequences for
  * requests with media, overlap scores, load-aware selection and bookings.
- * Owner: the route layer. This first version fixes the configuration and
- * lifecycle API that the server uses; the layer extends it. */
+ * Owner: the route layer. The server's HTTP handlers (/query, /route,
+ * /prefill_done, /free) are thin JSON wrappers over this API, so a gateway
+ * written in C can embed the same routing without HTTP.
+ *
+ * Thread-safety: every function may be called from any thread at once.
+ * Hashing and index matching run without the router's lock; only the
+ * selection + booking step (reads and writes of load) is serialized. */
 #ifndef KVROUTER_ROUTE_H
 #define KVROUTER_ROUTE_H
 
@@ -21,6 +26,10 @@ typedef struct {
     double temperature;          /* default 0: argmin with random tie-break */
     double booking_ttl_s;        /* default 600: a lost /free cannot leak load forever */
     uint64_t rng_seed;           /* 0 -> seeded from time */
+    /* Workers' rank lists are cached per (model, group) for this long (a new
+     * worker refreshes at once; a new rank with overlap is seen at once;
+     * a new rank without overlap within this delay). 0 -> every request. */
+    double rank_refresh_s;       /* default 1.0 */
 } kvr_router_config;
 
 void kvr_router_config_default(kvr_router_config *cfg);
@@ -30,6 +39,186 @@ int kvr_router_config_set(kvr_router_config *cfg, const char *key, double value)
 
 kvr_router *kvr_router_create(kvr_indexer *ix, const kvr_router_config *cfg);
 void kvr_router_destroy(kvr_router *r);
+
+/* ---- requests ---------------------------------------------------------- */
+
+/* Bounds applied before any work (a request above them is a 400). */
+#define KVR_ROUTE_MAX_TOKENS (1u << 20)
+#define KVR_ROUTE_MAX_MM_ITEMS 65536u
+#define KVR_ROUTE_MAX_ID_LEN 256u
+
+/* One media item: token positions [start, end) hold the engine's placeholder
+ * tokens. mm_hash is the caller's image identity, when it has one. */
+typedef struct {
+    uint32_t start;
+    uint32_t end;
+    bool has_mm_hash;
+    uint64_t mm_hash;
+} kvr_mm_item;
+
+typedef struct {
+    const char *model_name;
+    const char *routing_group;   /* NULL -> "default" */
+    const uint32_t *token_ids;
+    size_t n_tokens;             /* 1..KVR_ROUTE_MAX_TOKENS */
+    const kvr_mm_item *mm_items; /* ordered, non-overlapping, inside the tokens */
+    size_t n_mm_items;
+    /* NULL or "" -> each worker's registered adapter (SPEC §7). */
+    const char *lora_name;
+    const char *cache_salt;      /* NULL or "" -> none */
+} kvr_query_request;
+
+/* Which sequence a worker is scored with (SPEC §5 request side). */
+typedef enum {
+    KVR_SEQ_PLAIN = 0,       /* no media items: the tokens as given */
+    KVR_SEQ_MM_PADDED = 1,   /* accepts_mm_hashes and every item hashed: pad values substituted */
+    KVR_SEQ_TEXT_PREFIX = 2  /* otherwise: tokens before the first media position */
+} kvr_seq_kind;
+
+const char *kvr_seq_kind_name(kvr_seq_kind k);
+
+typedef enum {
+    KVR_ROUTE_OK = 0,
+    KVR_ROUTE_BAD_REQUEST,   /* 400; error names the field */
+    KVR_ROUTE_UNKNOWN_MODEL, /* 404; no worker registered for (model, group) */
+    KVR_ROUTE_NO_CANDIDATE,  /* 400; pin / allowed_workers left no candidate */
+    KVR_ROUTE_DUPLICATE_ID,  /* 409; request_id already booked */
+    KVR_ROUTE_UNKNOWN_ID,    /* 404; /free or /prefill_done of an unknown id */
+    KVR_ROUTE_NO_MEMORY      /* 500 */
+} kvr_route_status;
+
+/* Suggested HTTP status of a result. */
+int kvr_route_status_http(kvr_route_status s);
+
+/* One candidate (worker, dp_rank). Overlaps are whole blocks from the start
+ * of that worker's routing sequence: gpu <= cpu <= disk (cpu and disk are
+ * the reach when those tiers continue the gpu prefix, SPEC §6). */
+typedef struct {
+    uint64_t worker_id;
+    uint32_t dp_rank;
+    bool rank_seen;          /* false: the worker has no rank yet, counted as rank 0 */
+    uint32_t gpu_blocks;
+    uint32_t cpu_blocks;
+    uint32_t disk_blocks;
+    uint32_t routing_tokens; /* length of the sequence hashed for this worker */
+    kvr_seq_kind seq_kind;
+    bool forward_mm_hashes;  /* only with KVR_SEQ_MM_PADDED */
+} kvr_query_entry;
+
+typedef struct {
+    uint32_t block_size;
+    kvr_query_entry *entries; /* every candidate (worker, rank) of (model, group) */
+    size_t n_entries;
+    size_t cap;
+    /* Distinct (sequence, hash profile) pairs hashed and matched for this
+     * request: each once, however many workers share it. */
+    uint32_t n_hash_passes;
+    char error[192];          /* set when the status is not OK */
+} kvr_query_result;
+
+void kvr_query_result_init(kvr_query_result *res);
+void kvr_query_result_free(kvr_query_result *res);
+
+/* Overlap of every registered (worker, rank) of (model, group) with the
+ * request, each scored with the sequence that fits its capabilities. */
+kvr_route_status kvr_query(kvr_router *r, const kvr_query_request *req, kvr_query_result *out);
+
+/* ---- routing ----------------------------------------------------------- */
+
+typedef enum {
+    KVR_REASON_BEST_COST = 0,
+    KVR_REASON_TIE_RANDOM,
+    KVR_REASON_SAMPLED,
+    KVR_REASON_PINNED
+} kvr_route_reason;
+
+const char *kvr_route_reason_name(kvr_route_reason r);
+
+typedef struct {
+    kvr_query_request q;
+    const char *request_id;    /* booked under this id; NULL -> decide without booking */
+    uint32_t osl;              /* expected output tokens (0 unknown): decode blocks */
+    bool has_worker_id;        /* pin to this worker (reason "pinned") */
+    uint64_t worker_id;
+    bool has_dp_rank;          /* only this rank */
+    uint32_t dp_rank;
+    const uint64_t *allowed_workers; /* NULL -> every worker */
+    size_t n_allowed_workers;
+    /* Per-request overrides of the router configuration. */
+    bool has_overlap_score_credit;
+    double overlap_score_credit;
+    bool has_prefill_load_scale;
+    double prefill_load_scale;
+    bool has_temperature;
+    double temperature;
+    bool debug;                /* fill kvr_route_decision.costs */
+} kvr_route_request;
+
+typedef struct {
+    uint64_t worker_id;
+    uint32_t dp_rank;
+    uint32_t gpu_blocks, cpu_blocks, disk_blocks;
+    uint32_t routing_tokens;
+    uint64_t active_prefill_tokens; /* before this request's booking */
+    uint64_t active_decode_blocks;
+    double credit;
+    double cost;
+    double probability;             /* softmax weight when sampled, else 1 for the pick */
+} kvr_route_cost;
+
+typedef struct {
+    uint64_t worker_id;
+    uint32_t dp_rank;
+    uint32_t overlap_tokens;   /* gpu overlap blocks x block size */
+    uint32_t routing_tokens;
+    bool forward_mm_hashes;    /* forward every item's mm_hash, in item order */
+    kvr_route_reason reason;
+    double cost;
+    uint32_t block_size;
+    uint64_t booked_prefill_tokens;
+    uint64_t booked_blocks;
+    kvr_route_cost *costs;     /* debug only (malloc'd); kvr_route_decision_free */
+    size_t n_costs;
+    uint32_t n_hash_passes;
+    char error[192];
+} kvr_route_decision;
+
+void kvr_route_decision_free(kvr_route_decision *d);
+
+/* Scores every candidate, picks one (SPEC §8) and books the request on it:
+ * prefill load = the request's token count, blocks = ceil((tokens + osl)/B). */
+kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_route_decision *out);
+
+/* The request's prefill finished: its prefill tokens stop counting, its
+ * blocks stay. KVR_ROUTE_UNKNOWN_ID for an unknown or expired id. */
+kvr_route_status kvr_router_prefill_done(kvr_router *r, const char *request_id);
+/* Releases the booking. KVR_ROUTE_UNKNOWN_ID for an unknown or expired id. */
+kvr_route_status kvr_router_release(kvr_router *r, const char *request_id);
+/* Expires bookings older than booking_ttl_s; returns how many. Every call
+ * above also expires lazily; a server calls this periodically too. */
+size_t kvr_router_sweep(kvr_router *r);
+
+typedef struct {
+    uint64_t active_prefill_tokens;
+    uint64_t active_decode_blocks;
+    uint32_t bookings;
+} kvr_worker_load;
+
+/* Current load of (worker, rank) in (model, group); zeros when none. */
+void kvr_router_load(kvr_router *r, const char *model, const char *group, uint64_t worker_id,
+                     uint32_t dp_rank, kvr_worker_load *out);
+
+typedef struct {
+    uint64_t queries;
+    uint64_t routes;
+    uint64_t hash_passes;
+    uint64_t bookings_active;
+    uint64_t bookings_expired;
+    uint64_t bookings_released;
+    uint64_t prefill_done;
+} kvr_router_stats;
+
+void kvr_router_stats_get(kvr_router *r, kvr_router_stats *out);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,258 @@
+/* Load bookings per (index, worker, rank) with a TTL (SPEC §8). One TTL for
+ * every booking, so creation order is expiry order and expiry pops a FIFO. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kvrouter/hash.h"
+#include "route/internal.h"
+
+double route_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void route_bookings_init(route_bookings *b, double ttl_s)
+{
+    memset(b, 0, sizeof *b);
+    kvr_u64map_init(&b->loads);
+    kvr_u64map_init(&b->ids);
+    b->ttl_s = ttl_s;
+}
+
+void route_bookings_free(route_bookings *b)
+{
+    route_booking *bk = b->head;
+    while (bk) {
+        route_booking *next = bk->next;
+        free(bk->id);
+        free(bk);
+        bk = next;
+    }
+    size_t it = 0;
+    uint64_t k, v;
+    while (kvr_u64map_next(&b->loads, &it, &k, &v)) {
+        route_load *l = (route_load *)(uintptr_t)v;
+        while (l) {
+            route_load *next = l->hnext;
+            free(l);
+            l = next;
+        }
+    }
+    kvr_u64map_free(&b->loads);
+    kvr_u64map_free(&b->ids);
+}
+
+static uint64_t load_key(uintptr_t index, uint64_t worker_id, uint32_t dp_rank)
+{
+    return kvr_mix64((uint64_t)index) ^ kvr_mix64(worker_id + 0x9e3779b97f4a7c15ULL) ^
+           kvr_mix64(((uint64_t)dp_rank << 32) | 0x5bd1e995u);
+}
+
+route_load *route_load_find(route_bookings *b, uintptr_t index, uint64_t worker_id,
+                            uint32_t dp_rank, bool create)
+{
+    uint64_t key = load_key(index, worker_id, dp_rank);
+    uint64_t head = 0;
+    kvr_u64map_get(&b->loads, key, &head);
+    for (route_load *l = (route_load *)(uintptr_t)head; l; l = l->hnext)
+        if (l->index == index && l->worker_id == worker_id && l->dp_rank == dp_rank)
+            return l;
+    if (!create)
+        return NULL;
+    route_load *l = calloc(1, sizeof *l);
+    if (!l)
+        return NULL;
+    l->index = index;
+    l->worker_id = worker_id;
+    l->dp_rank = dp_rank;
+    l->hnext = (route_load *)(uintptr_t)head;
+    if (kvr_u64map_put(&b->loads, key, (uint64_t)(uintptr_t)l) < 0) {
+        free(l);
+        return NULL;
+    }
+    return l;
+}
+
+static uint64_t id_hash(const char *id)
+{
+    return kvr_hash_bytes(id, strlen(id), 0);
+}
+
+/* Returns the booking and, in *link, the slot that points at it in its chain. */
+static route_booking *booking_find(route_bookings *b, const char *id, uint64_t h)
+{
+    uint64_t head = 0;
+    if (!kvr_u64map_get(&b->ids, h, &head))
+        return NULL;
+    for (route_booking *bk = (route_booking *)(uintptr_t)head; bk; bk = bk->hnext)
+        if (strcmp(bk->id, id) == 0)
+            return bk;
+    return NULL;
+}
+
+int route_book(route_bookings *b, const char *id, route_load *load, uint64_t prefill_tokens,
+               uint64_t blocks, double now)
+{
+    uint64_t h = id_hash(id);
+    if (booking_find(b, id, h))
+        return 1;
+    route_booking *bk = calloc(1, sizeof *bk);
+    if (!bk)
+        return -1;
+    bk->id = strdup(id);
+    if (!bk->id) {
+        free(bk);
+        return -1;
+    }
+    uint64_t head = 0;
+    kvr_u64map_get(&b->ids, h, &head);
+    bk->hnext = (route_booking *)(uintptr_t)head;
+    if (kvr_u64map_put(&b->ids, h, (uint64_t)(uintptr_t)bk) < 0) {
+        free(bk->id);
+        free(bk);
+        return -1;
+    }
+    bk->idhash = h;
+    bk->load = load;
+    bk->prefill_tokens = prefill_tokens;
+    bk->blocks = blocks;
+    bk->expires_at = now + b->ttl_s;
+    bk->prev = b->tail;
+    if (b->tail)
+        b->tail->next = bk;
+    else
+        b->head = bk;
+    b->tail = bk;
+    load->bookings++;
+    load->prefill_tokens += prefill_tokens;
+    load->decode_blocks += blocks;
+    b->n_active++;
+    return 0;
+}
+
+static void booking_remove(route_bookings *b, route_booking *bk)
+{
+    route_load *l = bk->load;
+    l->bookings--;
+    if (!bk->decode)
+        l->prefill_tokens -= bk->prefill_tokens;
+    l->decode_blocks -= bk->blocks;
+
+    uint64_t head = 0;
+    kvr_u64map_get(&b->ids, bk->idhash, &head);
+    route_booking *first = (route_booking *)(uintptr_t)head;
+    if (first == bk) {
+        if (bk->hnext)
+            kvr_u64map_put(&b->ids, bk->idhash, (uint64_t)(uintptr_t)bk->hnext);
+        else
+            kvr_u64map_del(&b->ids, bk->idhash, NULL);
+    } else {
+        route_booking *p = first;
+        while (p && p->hnext != bk)
+            p = p->hnext;
+        if (p)
+            p->hnext = bk->hnext;
+    }
+    if (bk->prev)
+        bk->prev->next = bk->next;
+    else
+        b->head = bk->next;
+    if (bk->next)
+        bk->next->prev = bk->prev;
+    else
+        b->tail = bk->prev;
+    b->n_active--;
+    free(bk->id);
+    free(bk);
+}
+
+size_t route_bookings_expire(route_bookings *b, double now)
+{
+    size_t n = 0;
+    while (b->head && b->head->expires_at <= now) {
+        booking_remove(b, b->head);
+        n++;
+    }
+    b->expired += n;
+    return n;
+}
+
+kvr_route_status route_booking_prefill_done(route_bookings *b, const char *id)
+{
+    route_booking *bk = booking_find(b, id, id_hash(id));
+    if (!bk)
+        return KVR_ROUTE_UNKNOWN_ID;
+    /* A repeated /prefill_done is harmless: the tokens left once. */
+    if (!bk->decode) {
+        bk->decode = true;
+        bk->load->prefill_tokens -= bk->prefill_tokens;
+        b->prefill_done++;
+    }
+    return KVR_ROUTE_OK;
+}
+
+kvr_route_status route_booking_release(route_bookings *b, const char *id)
+{
+    route_booking *bk = booking_find(b, id, id_hash(id));
+    if (!bk)
+        return KVR_ROUTE_UNKNOWN_ID;
+    booking_remove(b, bk);
+    b->released++;
+    return KVR_ROUTE_OK;
+}
+
+static int check_id(const char *id)
+{
+    return id && id[0] && strlen(id) <= KVR_ROUTE_MAX_ID_LEN;
+}
+
+kvr_route_status kvr_router_prefill_done(kvr_router *r, const char *request_id)
+{
+    if (!check_id(request_id))
+        return KVR_ROUTE_UNKNOWN_ID;
+    pthread_mutex_lock(&r->mu);
+    route_bookings_expire(&r->bk, route_now());
+    kvr_route_status st = route_booking_prefill_done(&r->bk, request_id);
+    pthread_mutex_unlock(&r->mu);
+    return st;
+}
+
+kvr_route_status kvr_router_release(kvr_router *r, const char *request_id)
+{
+    if (!check_id(request_id))
+        return KVR_ROUTE_UNKNOWN_ID;
+    pthread_mutex_lock(&r->mu);
+    route_bookings_expire(&r->bk, route_now());
+    kvr_route_status st = route_booking_release(&r->bk, request_id);
+    pthread_mutex_unlock(&r->mu);
+    return st;
+}
+
+size_t kvr_router_sweep(kvr_router *r)
+{
+    pthread_mutex_lock(&r->mu);
+    size_t n = route_bookings_expire(&r->bk, route_now());
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+void kvr_router_load(kvr_router *r, const char *model, const char *group, uint64_t worker_id,
+                     uint32_t dp_rank, kvr_worker_load *out)
+{
+    memset(out, 0, sizeof *out);
+    kvr_index *idx = kvr_indexer_index(r->ix, model, group ? group : KVR_DEFAULT_ROUTING_GROUP);
+    if (!idx)
+        return;
+    pthread_mutex_lock(&r->mu);
+    route_bookings_expire(&r->bk, route_now());
+    route_load *l = route_load_find(&r->bk, (uintptr_t)idx, worker_id, dp_rank, false);
+    if (l) {
+        out->active_prefill_tokens = l->prefill_tokens;
+        out->active_decode_blocks = l->decode_blocks;
+        out->bookings = l->bookings;
+    }
+    pthread_mutex_unlock(&r->mu);
+}

@@ -1,0 +1,142 @@
+/* Route layer internals shared by its files (not installed). */
+#ifndef KVR_ROUTE_INTERNAL_H
+#define KVR_ROUTE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "kvrouter/route.h"
+#include "util/u64map.h"
+
+/* ---- bookings and load (bookings.c); caller holds kvr_router.mu ---------- */
+
+typedef struct route_load {
+    uintptr_t index; /* kvr_index of (model, group): stable for the indexer's life */
+    uint64_t worker_id;
+    uint32_t dp_rank;
+    uint32_t bookings;
+    uint64_t prefill_tokens;
+    uint64_t decode_blocks;
+    struct route_load *hnext;
+} route_load;
+
+typedef struct route_booking {
+    char *id;
+    uint64_t idhash;
+    struct route_booking *hnext;      /* same idhash */
+    struct route_booking *prev, *next; /* creation order == expiry order (one TTL) */
+    route_load *load;
+    uint64_t prefill_tokens;
+    uint64_t blocks;
+    bool decode;
+    double expires_at;
+} route_booking;
+
+typedef struct {
+    kvr_u64map loads; /* key hash -> route_load* (chained) */
+    kvr_u64map ids;   /* id hash -> route_booking* (chained) */
+    route_booking *head, *tail;
+    double ttl_s;
+    uint64_t n_active, expired, released, prefill_done;
+} route_bookings;
+
+void route_bookings_init(route_bookings *b, double ttl_s);
+void route_bookings_free(route_bookings *b);
+route_load *route_load_find(route_bookings *b, uintptr_t index, uint64_t worker_id,
+                            uint32_t dp_rank, bool create);
+/* 0 booked, 1 duplicate id, -1 out of memory. */
+int route_book(route_bookings *b, const char *id, route_load *load, uint64_t prefill_tokens,
+               uint64_t blocks, double now);
+kvr_route_status route_booking_prefill_done(route_bookings *b, const char *id);
+kvr_route_status route_booking_release(route_bookings *b, const char *id);
+size_t route_bookings_expire(route_bookings *b, double now);
+double route_now(void);
+
+/* ---- per-request scratch (router.c pool) --------------------------------- */
+
+typedef struct {
+    uint64_t seed;
+    bool eagle;
+    kvr_seq_kind kind;
+    uint32_t n_tokens;        /* routing sequence length */
+    kvr_match_entry *matches; /* copied out of the match ctx */
+    size_t n_matches, cap;
+} route_profile;
+
+typedef struct {
+    uint64_t worker_id;
+    uint32_t dp_rank;
+} route_wr;
+
+typedef struct route_rank_group {
+    uintptr_t index;
+    double refreshed_at;
+    route_wr *pairs; /* sorted; dp_rank UINT32_MAX marks a worker without ranks */
+    size_t n;
+    struct route_rank_group *next;
+} route_rank_group;
+
+typedef struct {
+    uint32_t off, n; /* a worker's ranks in route_scratch.ranks */
+} route_rank_span;
+
+typedef struct route_scratch {
+    kvr_match_ctx *mctx;
+    kvr_worker_caps *caps;
+    size_t caps_cap;
+    route_rank_span *spans; /* per caps entry */
+    size_t spans_cap;
+    uint32_t *ranks;
+    size_t ranks_cap;
+    uint32_t *worker_profile; /* per caps entry: profile index */
+    size_t wp_cap;
+    route_profile *profiles;
+    size_t n_profiles, profiles_cap;
+    uint32_t *padded; /* the pad-substituted sequence, built once per request */
+    size_t padded_cap;
+    uint64_t *hashes;
+    size_t hashes_cap;
+    struct route_scratch *next;
+} route_scratch;
+
+struct kvr_router {
+    kvr_indexer *ix;
+    kvr_router_config cfg;
+    pthread_mutex_t pool_mu;
+    route_scratch *pool;
+    pthread_mutex_t ranks_mu;
+    route_rank_group *rank_groups;
+    pthread_mutex_t mu; /* bookings, loads, rng */
+    route_bookings bk;
+    uint64_t rng;
+    atomic_uint_fast64_t queries, routes, hash_passes;
+};
+
+route_scratch *route_scratch_acquire(kvr_router *r);
+void route_scratch_release(kvr_router *r, route_scratch *s);
+
+/* ranks.c: fills s->spans / s->ranks for the n workers in s->caps. */
+int route_ranks_snapshot(kvr_router *r, route_scratch *s, uintptr_t index, const char *model,
+                         const char *group, size_t n_workers);
+void route_ranks_free(kvr_router *r);
+
+/* query.c: kvr_query without stats; the route path reuses it. */
+kvr_route_status route_query(kvr_router *r, const kvr_query_request *req, kvr_query_result *out,
+                             kvr_index **index_out);
+
+/* sequence.c */
+kvr_route_status route_validate(const kvr_query_request *req, char *err, size_t errlen);
+/* Fills s->profiles / s->worker_profile for the n workers in s->caps. */
+int route_build_profiles(route_scratch *s, size_t n_workers, const kvr_query_request *req);
+/* Hashes and matches every profile once. -1 on out of memory. */
+int route_match_profiles(route_scratch *s, kvr_index *idx, uint32_t block_size,
+                         const kvr_query_request *req);
+
+/* rng (router.c), caller holds r->mu. Uniform in [0, 1). */
+double route_rng_uniform(kvr_router *r);
+uint64_t route_rng_next(kvr_router *r);
+
+/* Grows *buf to hold at least need elements of size elt. */
+int route_grow(void **buf, size_t *cap, size_t need, size_t elt);
+
+#endif

@@ -1,0 +1,160 @@
+/* kvr_query: every candidate (worker, rank) of (model, group) with its
+ * overlap, each worker scored with its own routing sequence. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "route/internal.h"
+
+void kvr_query_result_init(kvr_query_result *res)
+{
+    memset(res, 0, sizeof *res);
+}
+
+void kvr_query_result_free(kvr_query_result *res)
+{
+    free(res->entries);
+    memset(res, 0, sizeof *res);
+}
+
+/* Snapshot of the workers' capabilities; grows the buffer until it fits. */
+static long list_workers(kvr_router *r, route_scratch *s, const char *model, const char *group)
+{
+    if (route_grow((void **)&s->caps, &s->caps_cap, 16, sizeof *s->caps) < 0)
+        return -1;
+    for (;;) {
+        size_t n = kvr_indexer_caps_list(r->ix, model, group, s->caps, s->caps_cap);
+        if (n <= s->caps_cap)
+            return (long)n;
+        if (route_grow((void **)&s->caps, &s->caps_cap, n + 4, sizeof *s->caps) < 0)
+            return -1;
+    }
+}
+
+static const kvr_match_entry *find_match(const route_profile *pr, uint64_t worker_id,
+                                         uint32_t dp_rank)
+{
+    for (size_t i = 0; i < pr->n_matches; i++)
+        if (pr->matches[i].worker_id == worker_id && pr->matches[i].dp_rank == dp_rank)
+            return &pr->matches[i];
+    return NULL;
+}
+
+static bool has_rank(const route_scratch *s, size_t w, uint32_t dp_rank)
+{
+    for (uint32_t k = 0; k < s->spans[w].n; k++)
+        if (s->ranks[s->spans[w].off + k] == dp_rank)
+            return true;
+    return false;
+}
+
+static void add_entry(kvr_query_result *out, const kvr_worker_caps *c, const route_profile *pr,
+                      uint32_t dp_rank, bool rank_seen)
+{
+    kvr_query_entry *e = &out->entries[out->n_entries++];
+    memset(e, 0, sizeof *e);
+    e->worker_id = c->worker_id;
+    e->dp_rank = dp_rank;
+    e->rank_seen = rank_seen;
+    e->routing_tokens = pr->n_tokens;
+    e->seq_kind = pr->kind;
+    e->forward_mm_hashes = pr->kind == KVR_SEQ_MM_PADDED;
+    const kvr_match_entry *m = find_match(pr, c->worker_id, dp_rank);
+    if (m) {
+        e->gpu_blocks = m->gpu_blocks;
+        e->cpu_blocks = m->cpu_blocks;
+        e->disk_blocks = m->disk_blocks;
+    }
+}
+
+/* Candidates of one worker: its known ranks (rank 0 when it has none yet),
+ * plus any rank that matched blocks but is newer than the rank cache. */
+static void add_worker(kvr_query_result *out, const route_scratch *s, size_t w)
+{
+    const kvr_worker_caps *c = &s->caps[w];
+    const route_profile *pr = &s->profiles[s->worker_profile[w]];
+    for (uint32_t k = 0; k < s->spans[w].n; k++)
+        add_entry(out, c, pr, s->ranks[s->spans[w].off + k], true);
+    bool zero_listed = s->spans[w].n == 0;
+    for (size_t i = 0; i < pr->n_matches; i++) {
+        const kvr_match_entry *m = &pr->matches[i];
+        if (m->worker_id != c->worker_id || has_rank(s, w, m->dp_rank))
+            continue;
+        if (m->dp_rank == 0)
+            zero_listed = false;
+        add_entry(out, c, pr, m->dp_rank, true);
+    }
+    if (zero_listed)
+        add_entry(out, c, pr, 0, false);
+}
+
+static kvr_route_status fail(kvr_query_result *out, kvr_route_status st, const char *msg)
+{
+    snprintf(out->error, sizeof out->error, "%s", msg);
+    return st;
+}
+
+kvr_route_status route_query(kvr_router *r, const kvr_query_request *req, kvr_query_result *out,
+                             kvr_index **index_out)
+{
+    out->n_entries = 0;
+    out->n_hash_passes = 0;
+    out->error[0] = 0;
+    kvr_route_status st = route_validate(req, out->error, sizeof out->error);
+    if (st != KVR_ROUTE_OK)
+        return st;
+    const char *group = req->routing_group && req->routing_group[0] ? req->routing_group
+                                                                     : KVR_DEFAULT_ROUTING_GROUP;
+    kvr_index *idx = kvr_indexer_index(r->ix, req->model_name, group);
+    uint32_t bs = kvr_indexer_block_size(r->ix, req->model_name, group);
+    if (!idx || bs == 0) {
+        snprintf(out->error, sizeof out->error,
+                 "model_name: no worker registered for model '%.64s' group '%.64s'",
+                 req->model_name, group);
+        return KVR_ROUTE_UNKNOWN_MODEL;
+    }
+    out->block_size = bs;
+    if (index_out)
+        *index_out = idx;
+
+    route_scratch *s = route_scratch_acquire(r);
+    if (!s)
+        return fail(out, KVR_ROUTE_NO_MEMORY, "out of memory");
+    long nw = list_workers(r, s, req->model_name, group);
+    if (nw == 0) {
+        route_scratch_release(r, s);
+        snprintf(out->error, sizeof out->error,
+                 "model_name: no worker registered for model '%.64s' group '%.64s'",
+                 req->model_name, group);
+        return KVR_ROUTE_UNKNOWN_MODEL;
+    }
+    if (nw < 0 || route_build_profiles(s, (size_t)nw, req) < 0 ||
+        route_match_profiles(s, idx, bs, req) < 0 ||
+        route_ranks_snapshot(r, s, (uintptr_t)idx, req->model_name, group, (size_t)nw) < 0) {
+        route_scratch_release(r, s);
+        return fail(out, KVR_ROUTE_NO_MEMORY, "out of memory");
+    }
+    out->n_hash_passes = (uint32_t)s->n_profiles;
+    atomic_fetch_add(&r->hash_passes, s->n_profiles);
+
+    /* Upper bound: listed ranks + every match + a rank 0 per worker. */
+    size_t need = (size_t)nw;
+    for (long w = 0; w < nw; w++)
+        need += s->spans[w].n;
+    for (size_t p = 0; p < s->n_profiles; p++)
+        need += s->profiles[p].n_matches;
+    if (route_grow((void **)&out->entries, &out->cap, need, sizeof *out->entries) < 0) {
+        route_scratch_release(r, s);
+        return fail(out, KVR_ROUTE_NO_MEMORY, "out of memory");
+    }
+    for (long w = 0; w < nw; w++)
+        add_worker(out, s, (size_t)w);
+    route_scratch_release(r, s);
+    return KVR_ROUTE_OK;
+}
+
+kvr_route_status kvr_query(kvr_router *r, const kvr_query_request *req, kvr_query_result *out)
+{
+    atomic_fetch_add(&r->queries, 1);
+    return route_query(r, req, out, NULL);
+}

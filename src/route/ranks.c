@@ -1,0 +1,154 @@
+/* Candidate ranks per worker. The facade's cheap per-request snapshot
+ * (kvr_indexer_caps_list) has no rank list and the full worker info locks
+ * every rank (contending with event application), so ranks are cached per
+ * (model, group) and refreshed from kvr_indexer_list when the cache is older
+ * than rank_refresh_s or a worker it has never seen shows up. Ranks that
+ * matched blocks are merged in by the caller, so a fresh rank with overlap
+ * is never missed; only a fresh rank with no overlap waits for a refresh. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "route/internal.h"
+
+#define NO_RANK UINT32_MAX /* registered worker with no rank state yet */
+
+static int cmp_wr(const void *a, const void *b)
+{
+    const route_wr *x = a, *y = b;
+    if (x->worker_id != y->worker_id)
+        return x->worker_id < y->worker_id ? -1 : 1;
+    return (x->dp_rank > y->dp_rank) - (x->dp_rank < y->dp_rank);
+}
+
+/* Index of the first pair of worker_id, or n. */
+static size_t lower_bound(const route_wr *p, size_t n, uint64_t worker_id)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (p[mid].worker_id < worker_id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Builds a sorted (worker, rank) table outside any router lock. */
+static route_wr *load_ranks(kvr_indexer *ix, const char *model, const char *group, size_t *n_out)
+{
+    size_t cap = kvr_indexer_list(ix, model, group, NULL, 0) + 4;
+    kvr_worker_info *infos = malloc(cap * sizeof *infos);
+    if (!infos)
+        return NULL;
+    size_t nw = kvr_indexer_list(ix, model, group, infos, cap);
+    if (nw > cap)
+        nw = cap; /* registered meanwhile: picked up by the next refresh */
+    size_t np = 0;
+    for (size_t w = 0; w < nw; w++)
+        np += infos[w].n_ranks ? infos[w].n_ranks : 1;
+    route_wr *pairs = malloc((np ? np : 1) * sizeof *pairs);
+    if (pairs) {
+        size_t k = 0;
+        for (size_t w = 0; w < nw; w++) {
+            if (infos[w].n_ranks == 0)
+                pairs[k++] = (route_wr){infos[w].worker_id, NO_RANK};
+            for (uint32_t i = 0; i < infos[w].n_ranks; i++)
+                pairs[k++] = (route_wr){infos[w].worker_id, infos[w].ranks[i].dp_rank};
+        }
+        qsort(pairs, np, sizeof *pairs, cmp_wr);
+        *n_out = np;
+    }
+    free(infos);
+    return pairs;
+}
+
+static bool covers(const route_rank_group *g, const kvr_worker_caps *caps, size_t n)
+{
+    for (size_t w = 0; w < n; w++) {
+        size_t i = lower_bound(g->pairs, g->n, caps[w].worker_id);
+        if (i == g->n || g->pairs[i].worker_id != caps[w].worker_id)
+            return false;
+    }
+    return true;
+}
+
+static route_rank_group *group_find(kvr_router *r, uintptr_t index)
+{
+    for (route_rank_group *g = r->rank_groups; g; g = g->next)
+        if (g->index == index)
+            return g;
+    return NULL;
+}
+
+/* Copies the cached ranks of each worker of s->caps into s->ranks. */
+static int copy_ranks(route_scratch *s, const route_rank_group *g, size_t n_workers)
+{
+    size_t total = 0;
+    for (size_t w = 0; w < n_workers; w++) {
+        size_t i = lower_bound(g->pairs, g->n, s->caps[w].worker_id);
+        size_t j = i;
+        while (j < g->n && g->pairs[j].worker_id == s->caps[w].worker_id)
+            j++;
+        s->spans[w].off = (uint32_t)total;
+        if (route_grow((void **)&s->ranks, &s->ranks_cap, total + (j - i) + 1, sizeof *s->ranks) < 0)
+            return -1;
+        for (size_t k = i; k < j; k++)
+            if (g->pairs[k].dp_rank != NO_RANK)
+                s->ranks[total++] = g->pairs[k].dp_rank;
+        s->spans[w].n = (uint32_t)(total - s->spans[w].off);
+    }
+    return 0;
+}
+
+int route_ranks_snapshot(kvr_router *r, route_scratch *s, uintptr_t index, const char *model,
+                         const char *group, size_t n_workers)
+{
+    if (route_grow((void **)&s->spans, &s->spans_cap, n_workers + 1, sizeof *s->spans) < 0)
+        return -1;
+    double now = route_now();
+    for (int attempt = 0; attempt < 2; attempt++) {
+        pthread_mutex_lock(&r->ranks_mu);
+        route_rank_group *g = group_find(r, index);
+        bool fresh = g && now - g->refreshed_at < r->cfg.rank_refresh_s && covers(g, s->caps, n_workers);
+        if (fresh || (g && attempt > 0)) {
+            int rc = copy_ranks(s, g, n_workers);
+            pthread_mutex_unlock(&r->ranks_mu);
+            return rc;
+        }
+        pthread_mutex_unlock(&r->ranks_mu);
+
+        size_t np = 0;
+        route_wr *pairs = load_ranks(r->ix, model, group, &np);
+        if (!pairs)
+            return -1;
+        pthread_mutex_lock(&r->ranks_mu);
+        g = group_find(r, index);
+        if (!g && (g = calloc(1, sizeof *g))) {
+            g->index = index;
+            g->next = r->rank_groups;
+            r->rank_groups = g;
+        }
+        if (!g) {
+            pthread_mutex_unlock(&r->ranks_mu);
+            free(pairs);
+            return -1;
+        }
+        free(g->pairs);
+        g->pairs = pairs;
+        g->n = np;
+        g->refreshed_at = now;
+        pthread_mutex_unlock(&r->ranks_mu);
+    }
+    return -1;
+}
+
+void route_ranks_free(kvr_router *r)
+{
+    while (r->rank_groups) {
+        route_rank_group *g = r->rank_groups;
+        r->rank_groups = g->next;
+        free(g->pairs);
+        free(g);
+    }
+}

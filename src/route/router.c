@@ -1,0 +1,217 @@
+/* Router lifecycle, configuration, scratch pool and random numbers. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "route/internal.h"
+
+void kvr_router_config_default(kvr_router_config *cfg)
+{
+    cfg->overlap_score_credit = 1.0;
+    cfg->prefill_load_scale = 1.0;
+    cfg->cpu_hit_weight = 0.75;
+    cfg->disk_hit_weight = 0.25;
+    cfg->temperature = 0.0;
+    cfg->booking_ttl_s = 600.0;
+    cfg->rng_seed = 0;
+    cfg->rank_refresh_s = 1.0;
+}
+
+int kvr_router_config_set(kvr_router_config *cfg, const char *key, double value)
+{
+    if (!cfg || !key || !isfinite(value) || value < 0)
+        return -1;
+    if (strcmp(key, "overlap_score_credit") == 0)
+        cfg->overlap_score_credit = value;
+    else if (strcmp(key, "prefill_load_scale") == 0)
+        cfg->prefill_load_scale = value;
+    else if (strcmp(key, "cpu_hit_weight") == 0)
+        cfg->cpu_hit_weight = value;
+    else if (strcmp(key, "disk_hit_weight") == 0)
+        cfg->disk_hit_weight = value;
+    else if (strcmp(key, "temperature") == 0)
+        cfg->temperature = value;
+    else if (strcmp(key, "booking_ttl_s") == 0) {
+        if (value <= 0)
+            return -1;
+        cfg->booking_ttl_s = value;
+    } else if (strcmp(key, "rank_refresh_s") == 0) {
+        cfg->rank_refresh_s = value;
+    } else if (strcmp(key, "rng_seed") == 0) {
+        if (value != floor(value) || value > 18446744073709549568.0)
+            return -1;
+        cfg->rng_seed = (uint64_t)value;
+    } else
+        return -1;
+    return 0;
+}
+
+kvr_router *kvr_router_create(kvr_indexer *ix, const kvr_router_config *cfg)
+{
+    if (!ix)
+        return NULL;
+    kvr_router *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->ix = ix;
+    if (cfg)
+        r->cfg = *cfg;
+    else
+        kvr_router_config_default(&r->cfg);
+    if (!(r->cfg.booking_ttl_s > 0))
+        r->cfg.booking_ttl_s = 600.0;
+    pthread_mutex_init(&r->pool_mu, NULL);
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_mutex_init(&r->ranks_mu, NULL);
+    route_bookings_init(&r->bk, r->cfg.booking_ttl_s);
+    r->rng = r->cfg.rng_seed;
+    if (r->rng == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        r->rng = kvr_mix64((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) | 1;
+    }
+    return r;
+}
+
+static void scratch_destroy(route_scratch *s)
+{
+    kvr_match_ctx_destroy(s->mctx);
+    free(s->caps);
+    free(s->spans);
+    free(s->ranks);
+    free(s->worker_profile);
+    for (size_t i = 0; i < s->profiles_cap; i++)
+        free(s->profiles[i].matches);
+    free(s->profiles);
+    free(s->padded);
+    free(s->hashes);
+    free(s);
+}
+
+void kvr_router_destroy(kvr_router *r)
+{
+    if (!r)
+        return;
+    while (r->pool) {
+        route_scratch *s = r->pool;
+        r->pool = s->next;
+        scratch_destroy(s);
+    }
+    route_bookings_free(&r->bk);
+    route_ranks_free(r);
+    pthread_mutex_destroy(&r->ranks_mu);
+    pthread_mutex_destroy(&r->pool_mu);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+/* Scratch is pooled rather than thread-local: the HTTP server's threads
+ * come and go, and a pool frees everything at destroy. */
+route_scratch *route_scratch_acquire(kvr_router *r)
+{
+    pthread_mutex_lock(&r->pool_mu);
+    route_scratch *s = r->pool;
+    if (s)
+        r->pool = s->next;
+    pthread_mutex_unlock(&r->pool_mu);
+    if (s)
+        return s;
+    s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->mctx = kvr_match_ctx_create();
+    if (!s->mctx) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void route_scratch_release(kvr_router *r, route_scratch *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&r->pool_mu);
+    s->next = r->pool;
+    r->pool = s;
+    pthread_mutex_unlock(&r->pool_mu);
+}
+
+int route_grow(void **buf, size_t *cap, size_t need, size_t elt)
+{
+    if (need <= *cap)
+        return 0;
+    size_t ncap = *cap ? *cap : 16;
+    while (ncap < need)
+        ncap *= 2;
+    void *p = realloc(*buf, ncap * elt);
+    if (!p)
+        return -1;
+    *buf = p;
+    *cap = ncap;
+    return 0;
+}
+
+uint64_t route_rng_next(kvr_router *r)
+{
+    /* splitmix64: tiny state, good enough for tie-breaks and sampling. */
+    uint64_t z = (r->rng += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+double route_rng_uniform(kvr_router *r)
+{
+    return (double)(route_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+const char *kvr_seq_kind_name(kvr_seq_kind k)
+{
+    switch (k) {
+    case KVR_SEQ_PLAIN: return "plain";
+    case KVR_SEQ_MM_PADDED: return "mm_padded";
+    case KVR_SEQ_TEXT_PREFIX: return "text_prefix";
+    }
+    return "unknown";
+}
+
+const char *kvr_route_reason_name(kvr_route_reason r)
+{
+    switch (r) {
+    case KVR_REASON_BEST_COST: return "best_cost";
+    case KVR_REASON_TIE_RANDOM: return "tie_random";
+    case KVR_REASON_SAMPLED: return "sampled";
+    case KVR_REASON_PINNED: return "pinned";
+    }
+    return "unknown";
+}
+
+int kvr_route_status_http(kvr_route_status s)
+{
+    switch (s) {
+    case KVR_ROUTE_OK: return 200;
+    case KVR_ROUTE_BAD_REQUEST: return 400;
+    case KVR_ROUTE_UNKNOWN_MODEL: return 404;
+    case KVR_ROUTE_NO_CANDIDATE: return 400;
+    case KVR_ROUTE_DUPLICATE_ID: return 409;
+    case KVR_ROUTE_UNKNOWN_ID: return 404;
+    case KVR_ROUTE_NO_MEMORY: return 500;
+    }
+    return 500;
+}
+
+void kvr_router_stats_get(kvr_router *r, kvr_router_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    out->queries = atomic_load(&r->queries);
+    out->routes = atomic_load(&r->routes);
+    out->hash_passes = atomic_load(&r->hash_passes);
+    pthread_mutex_lock(&r->mu);
+    out->bookings_active = r->bk.n_active;
+    out->bookings_expired = r->bk.expired;
+    out->bookings_released = r->bk.released;
+    out->prefill_done = r->bk.prefill_done;
+    pthread_mutex_unlock(&r->mu);
+}

@@ -1,0 +1,258 @@
+/* Selection (SPEC §8): cost per candidate (worker, rank), argmin with a
+ * random tie-break or softmax sampling, then the booking, all under the
+ * router lock so concurrent requests see each other's load. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "route/internal.h"
+
+void kvr_route_decision_free(kvr_route_decision *d)
+{
+    free(d->costs);
+    d->costs = NULL;
+    d->n_costs = 0;
+}
+
+typedef struct {
+    double credit_scale, load_scale, cpu_w, disk_w, temperature;
+} cost_params;
+
+static bool allowed(const kvr_route_request *req, uint64_t worker_id)
+{
+    if (!req->allowed_workers)
+        return true;
+    for (size_t i = 0; i < req->n_allowed_workers; i++)
+        if (req->allowed_workers[i] == worker_id)
+            return true;
+    return false;
+}
+
+/* Drops non-candidates in place; returns the count left, or sets the error. */
+static size_t filter_candidates(const kvr_route_request *req, kvr_query_result *q)
+{
+    size_t n = 0;
+    bool worker_seen = false, rank_seen = false;
+    for (size_t i = 0; i < q->n_entries; i++) {
+        const kvr_query_entry *e = &q->entries[i];
+        if (req->has_worker_id && e->worker_id != req->worker_id)
+            continue;
+        worker_seen = true;
+        if (req->has_dp_rank && e->dp_rank != req->dp_rank)
+            continue;
+        rank_seen = true;
+        if (!allowed(req, e->worker_id))
+            continue;
+        q->entries[n++] = *e;
+    }
+    if (n == 0) {
+        if (!worker_seen)
+            snprintf(q->error, sizeof q->error,
+                     "worker_id: %llu is not registered for this model and group",
+                     (unsigned long long)req->worker_id);
+        else if (!rank_seen)
+            snprintf(q->error, sizeof q->error, "dp_rank: %u is not a known rank%s",
+                     req->dp_rank, req->has_worker_id ? " of the pinned worker" : "");
+        else
+            snprintf(q->error, sizeof q->error,
+                     "allowed_workers: no registered worker is allowed");
+    }
+    return n;
+}
+
+/* Fills credit and cost of a candidate whose overlaps and load are set. */
+static void cost_of(const cost_params *p, kvr_route_cost *c, uint64_t isl, uint32_t bs)
+{
+    double cpu_extra = (double)c->cpu_blocks - (double)c->gpu_blocks;
+    double disk_extra = (double)c->disk_blocks - (double)c->cpu_blocks;
+    c->credit = p->credit_scale * c->gpu_blocks + p->cpu_w * cpu_extra + p->disk_w * disk_extra;
+    double prefill = ((double)c->active_prefill_tokens + (double)isl) / bs - c->credit;
+    c->cost = p->load_scale * (prefill > 0 ? prefill : 0) + (double)c->active_decode_blocks;
+}
+
+static bool same_cost(double a, double b)
+{
+    return fabs(a - b) <= 1e-9 * (1.0 + fabs(a) + fabs(b));
+}
+
+/* Softmax over costs normalized to [0, 1] (so T means the same at every
+ * load level); lower cost, higher weight. */
+static size_t sample_softmax(kvr_router *r, kvr_route_cost *c, size_t n, double t)
+{
+    double lo = c[0].cost, hi = c[0].cost;
+    for (size_t i = 1; i < n; i++) {
+        if (c[i].cost < lo)
+            lo = c[i].cost;
+        if (c[i].cost > hi)
+            hi = c[i].cost;
+    }
+    double range = hi - lo, sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        double norm = range > 0 ? (c[i].cost - lo) / range : 0;
+        c[i].probability = exp(-norm / t);
+        sum += c[i].probability;
+    }
+    for (size_t i = 0; i < n; i++)
+        c[i].probability /= sum;
+    double u = route_rng_uniform(r), acc = 0;
+    for (size_t i = 0; i < n; i++) {
+        acc += c[i].probability;
+        if (u < acc)
+            return i;
+    }
+    return n - 1;
+}
+
+static size_t pick_argmin(kvr_router *r, kvr_route_cost *c, size_t n, size_t *ties)
+{
+    size_t best = 0;
+    for (size_t i = 1; i < n; i++)
+        if (c[i].cost < c[best].cost && !same_cost(c[i].cost, c[best].cost))
+            best = i;
+    size_t nt = 0;
+    for (size_t i = 0; i < n; i++)
+        if (same_cost(c[i].cost, c[best].cost))
+            nt++;
+    *ties = nt;
+    if (nt > 1) {
+        size_t k = (size_t)(route_rng_next(r) % nt);
+        for (size_t i = 0; i < n; i++)
+            if (same_cost(c[i].cost, c[best].cost) && k-- == 0)
+                return i;
+    }
+    return best;
+}
+
+static cost_params params_of(const kvr_router *r, const kvr_route_request *req)
+{
+    cost_params p = {r->cfg.overlap_score_credit, r->cfg.prefill_load_scale, r->cfg.cpu_hit_weight,
+                     r->cfg.disk_hit_weight, r->cfg.temperature};
+    if (req->has_overlap_score_credit)
+        p.credit_scale = req->overlap_score_credit;
+    if (req->has_prefill_load_scale)
+        p.load_scale = req->prefill_load_scale;
+    if (req->has_temperature)
+        p.temperature = req->temperature;
+    return p;
+}
+
+static kvr_route_status check_overrides(const kvr_route_request *req, kvr_route_decision *out)
+{
+    struct {
+        bool has;
+        double v;
+        const char *name;
+    } o[] = {{req->has_overlap_score_credit, req->overlap_score_credit, "overlap_score_credit"},
+             {req->has_prefill_load_scale, req->prefill_load_scale, "prefill_load_scale"},
+             {req->has_temperature, req->temperature, "temperature"}};
+    for (size_t i = 0; i < sizeof o / sizeof o[0]; i++)
+        if (o[i].has && !(isfinite(o[i].v) && o[i].v >= 0)) {
+            snprintf(out->error, sizeof out->error, "%s: must be a finite number >= 0",
+                     o[i].name);
+            return KVR_ROUTE_BAD_REQUEST;
+        }
+    if (req->request_id && (!req->request_id[0] || strlen(req->request_id) > KVR_ROUTE_MAX_ID_LEN)) {
+        snprintf(out->error, sizeof out->error, "request_id: must be 1..%u characters",
+                 KVR_ROUTE_MAX_ID_LEN);
+        return KVR_ROUTE_BAD_REQUEST;
+    }
+    return KVR_ROUTE_OK;
+}
+
+kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_route_decision *out)
+{
+    memset(out, 0, sizeof *out);
+    atomic_fetch_add(&r->routes, 1);
+    kvr_route_status st = check_overrides(req, out);
+    if (st != KVR_ROUTE_OK)
+        return st;
+
+    kvr_query_result q;
+    kvr_query_result_init(&q);
+    kvr_index *idx = NULL;
+    st = route_query(r, &req->q, &q, &idx);
+    out->n_hash_passes = q.n_hash_passes;
+    if (st == KVR_ROUTE_OK && filter_candidates(req, &q) == 0)
+        st = KVR_ROUTE_NO_CANDIDATE;
+    kvr_route_cost *c = NULL;
+    if (st == KVR_ROUTE_OK && !(c = calloc(q.n_entries, sizeof *c)))
+        st = KVR_ROUTE_NO_MEMORY;
+    if (st != KVR_ROUTE_OK) {
+        snprintf(out->error, sizeof out->error, "%s", st == KVR_ROUTE_NO_MEMORY ? "out of memory" : q.error);
+        kvr_query_result_free(&q);
+        return st;
+    }
+    size_t n = q.n_entries;
+    uint32_t bs = q.block_size;
+    uint64_t isl = req->q.n_tokens;
+    uint64_t blocks = (isl + req->osl + bs - 1) / bs;
+    cost_params p = params_of(r, req);
+
+    pthread_mutex_lock(&r->mu);
+    route_bookings_expire(&r->bk, route_now());
+    for (size_t i = 0; i < n; i++) {
+        const kvr_query_entry *e = &q.entries[i];
+        c[i].worker_id = e->worker_id;
+        c[i].dp_rank = e->dp_rank;
+        c[i].gpu_blocks = e->gpu_blocks;
+        c[i].cpu_blocks = e->cpu_blocks;
+        c[i].disk_blocks = e->disk_blocks;
+        c[i].routing_tokens = e->routing_tokens;
+        route_load *l = route_load_find(&r->bk, (uintptr_t)idx, e->worker_id, e->dp_rank, false);
+        if (l) {
+            c[i].active_prefill_tokens = l->prefill_tokens;
+            c[i].active_decode_blocks = l->decode_blocks;
+        }
+        cost_of(&p, &c[i], isl, bs);
+    }
+    size_t pick, ties = 1;
+    kvr_route_reason reason;
+    if (p.temperature > 0 && n > 1) {
+        pick = sample_softmax(r, c, n, p.temperature);
+        reason = KVR_REASON_SAMPLED;
+    } else {
+        pick = pick_argmin(r, c, n, &ties);
+        reason = ties > 1 ? KVR_REASON_TIE_RANDOM : KVR_REASON_BEST_COST;
+        for (size_t i = 0; i < n; i++)
+            c[i].probability = i == pick ? 1.0 : 0.0;
+    }
+    if (req->has_worker_id)
+        reason = KVR_REASON_PINNED;
+    if (req->request_id) {
+        route_load *l = route_load_find(&r->bk, (uintptr_t)idx, c[pick].worker_id,
+                                        c[pick].dp_rank, true);
+        int b = l ? route_book(&r->bk, req->request_id, l, isl, blocks, route_now()) : -1;
+        if (b != 0) {
+            pthread_mutex_unlock(&r->mu);
+            st = b > 0 ? KVR_ROUTE_DUPLICATE_ID : KVR_ROUTE_NO_MEMORY;
+            snprintf(out->error, sizeof out->error, "%s",
+                     b > 0 ? "request_id: already booked (POST /free it first)" : "out of memory");
+            free(c);
+            kvr_query_result_free(&q);
+            return st;
+        }
+        out->booked_prefill_tokens = isl;
+        out->booked_blocks = blocks;
+    }
+    pthread_mutex_unlock(&r->mu);
+
+    const kvr_query_entry *e = &q.entries[pick];
+    out->worker_id = e->worker_id;
+    out->dp_rank = e->dp_rank;
+    out->overlap_tokens = e->gpu_blocks * bs;
+    out->routing_tokens = e->routing_tokens;
+    /* Only MM_PADDED entries forward, and those exist only for workers whose
+     * effective accepts_mm_hashes is true with every item hashed. */
+    out->forward_mm_hashes = e->forward_mm_hashes;
+    out->reason = reason;
+    out->cost = c[pick].cost;
+    out->block_size = bs;
+    if (req->debug) {
+        out->costs = c;
+        out->n_costs = n;
+    } else
+        free(c);
+    kvr_query_result_free(&q);
+    return KVR_ROUTE_OK;
+}

@@ -1,0 +1,163 @@
+/* Request preprocessing (SPEC §5 request side): validate media spans, pick
+ * each worker's routing sequence and hash profile, and hash + match every
+ * distinct (sequence, profile) once per request. */
+#include <stdio.h>
+#include <string.h>
+
+#include "kvrouter/hash.h"
+#include "route/internal.h"
+
+kvr_route_status route_validate(const kvr_query_request *req, char *err, size_t errlen)
+{
+    if (!req->model_name || !req->model_name[0]) {
+        snprintf(err, errlen, "model_name: required");
+        return KVR_ROUTE_BAD_REQUEST;
+    }
+    if (!req->token_ids || req->n_tokens == 0) {
+        snprintf(err, errlen, "token_ids: must be a non-empty array");
+        return KVR_ROUTE_BAD_REQUEST;
+    }
+    if (req->n_tokens > KVR_ROUTE_MAX_TOKENS) {
+        snprintf(err, errlen, "token_ids: more than %u tokens", KVR_ROUTE_MAX_TOKENS);
+        return KVR_ROUTE_BAD_REQUEST;
+    }
+    if (req->n_mm_items > KVR_ROUTE_MAX_MM_ITEMS || (req->n_mm_items && !req->mm_items)) {
+        snprintf(err, errlen, "mm_items: more than %u items", KVR_ROUTE_MAX_MM_ITEMS);
+        return KVR_ROUTE_BAD_REQUEST;
+    }
+    uint32_t prev_end = 0;
+    for (size_t i = 0; i < req->n_mm_items; i++) {
+        const kvr_mm_item *it = &req->mm_items[i];
+        if (it->start >= req->n_tokens) {
+            snprintf(err, errlen, "mm_items[%zu].start: %u outside the %zu tokens", i,
+                     it->start, req->n_tokens);
+            return KVR_ROUTE_BAD_REQUEST;
+        }
+        if (it->end > req->n_tokens) {
+            snprintf(err, errlen, "mm_items[%zu].end: %u beyond the %zu tokens", i, it->end,
+                     req->n_tokens);
+            return KVR_ROUTE_BAD_REQUEST;
+        }
+        if (it->end <= it->start) {
+            snprintf(err, errlen, "mm_items[%zu].end: %u not after start %u", i, it->end,
+                     it->start);
+            return KVR_ROUTE_BAD_REQUEST;
+        }
+        if (i > 0 && it->start < prev_end) {
+            snprintf(err, errlen,
+                     "mm_items[%zu].start: %u overlaps or precedes the previous item (end %u)",
+                     i, it->start, prev_end);
+            return KVR_ROUTE_BAD_REQUEST;
+        }
+        prev_end = it->end;
+    }
+    return KVR_ROUTE_OK;
+}
+
+static bool every_item_hashed(const kvr_query_request *req)
+{
+    for (size_t i = 0; i < req->n_mm_items; i++)
+        if (!req->mm_items[i].has_mm_hash)
+            return false;
+    return true;
+}
+
+static kvr_str cstr(const char *s)
+{
+    kvr_str out = {s, s ? (uint32_t)strlen(s) : 0};
+    return out;
+}
+
+int route_build_profiles(route_scratch *s, size_t n_workers, const kvr_query_request *req)
+{
+    if (route_grow((void **)&s->worker_profile, &s->wp_cap, n_workers ? n_workers : 1,
+                   sizeof *s->worker_profile) < 0)
+        return -1;
+    bool has_media = req->n_mm_items > 0;
+    bool all_hashed = has_media && every_item_hashed(req);
+    bool req_lora = req->lora_name && req->lora_name[0];
+    bool has_salt = req->cache_salt && req->cache_salt[0];
+    s->n_profiles = 0;
+    for (size_t w = 0; w < n_workers; w++) {
+        const kvr_worker_caps *info = &s->caps[w];
+        route_profile key = {0};
+        if (!req_lora && !has_salt)
+            key.seed = info->lora_seed;
+        else
+            key.seed = kvr_hash_seed(req_lora ? cstr(req->lora_name) : cstr(info->lora_name),
+                                     cstr(req->cache_salt));
+        key.eagle = info->is_eagle;
+        if (!has_media) {
+            key.kind = KVR_SEQ_PLAIN;
+            key.n_tokens = (uint32_t)req->n_tokens;
+        } else if (all_hashed && info->accepts_mm_hashes) {
+            key.kind = KVR_SEQ_MM_PADDED;
+            key.n_tokens = (uint32_t)req->n_tokens;
+        } else {
+            /* Eagle needs no special cut: the hash of a prefix of `start`
+             * tokens yields only windows whose overlap token is text. */
+            key.kind = KVR_SEQ_TEXT_PREFIX;
+            key.n_tokens = req->mm_items[0].start;
+        }
+        size_t p = 0;
+        while (p < s->n_profiles &&
+               !(s->profiles[p].seed == key.seed && s->profiles[p].eagle == key.eagle &&
+                 s->profiles[p].kind == key.kind))
+            p++;
+        if (p == s->n_profiles) {
+            size_t old_cap = s->profiles_cap;
+            if (route_grow((void **)&s->profiles, &s->profiles_cap, p + 1, sizeof *s->profiles) < 0)
+                return -1;
+            memset(s->profiles + old_cap, 0, (s->profiles_cap - old_cap) * sizeof *s->profiles);
+            route_profile *pr = &s->profiles[p];
+            pr->seed = key.seed;
+            pr->eagle = key.eagle;
+            pr->kind = key.kind;
+            pr->n_tokens = key.n_tokens;
+            pr->n_matches = 0;
+            s->n_profiles++;
+        }
+        s->worker_profile[w] = (uint32_t)p;
+    }
+    return 0;
+}
+
+static const uint32_t *padded_sequence(route_scratch *s, const kvr_query_request *req)
+{
+    if (route_grow((void **)&s->padded, &s->padded_cap, req->n_tokens, sizeof *s->padded) < 0)
+        return NULL;
+    memcpy(s->padded, req->token_ids, req->n_tokens * sizeof *s->padded);
+    for (size_t i = 0; i < req->n_mm_items; i++) {
+        uint32_t pad = kvr_pad_value(req->mm_items[i].mm_hash);
+        for (uint32_t t = req->mm_items[i].start; t < req->mm_items[i].end; t++)
+            s->padded[t] = pad;
+    }
+    return s->padded;
+}
+
+int route_match_profiles(route_scratch *s, kvr_index *idx, uint32_t block_size,
+                         const kvr_query_request *req)
+{
+    const uint32_t *padded = NULL;
+    for (size_t p = 0; p < s->n_profiles; p++) {
+        route_profile *pr = &s->profiles[p];
+        const uint32_t *seq = req->token_ids;
+        if (pr->kind == KVR_SEQ_MM_PADDED) {
+            if (!padded && !(padded = padded_sequence(s, req)))
+                return -1;
+            seq = padded;
+        }
+        size_t nb = kvr_hash_block_count(pr->n_tokens, block_size, pr->eagle);
+        if (route_grow((void **)&s->hashes, &s->hashes_cap, nb ? nb : 1, sizeof *s->hashes) < 0)
+            return -1;
+        kvr_hash_blocks(seq, pr->n_tokens, block_size, pr->eagle, pr->seed, s->hashes, nb);
+        const kvr_match_entry *m = NULL;
+        size_t nm = nb ? kvr_index_match(idx, s->mctx, s->hashes, nb, &m) : 0;
+        if (route_grow((void **)&pr->matches, &pr->cap, nm ? nm : 1, sizeof *pr->matches) < 0)
+            return -1;
+        if (nm)
+            memcpy(pr->matches, m, nm * sizeof *m);
+        pr->n_matches = nm;
+    }
+    return 0;
+}

@@ -1,0 +1,372 @@
+/* Route-layer endpoints: POST /query, /route, /prefill_done, /free. Thin
+ * JSON wrappers over kvr_query / kvr_route (include/kvrouter/route.h). */
+#include <ctype.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvrouter/route.h"
+#include "server/api.h"
+#include "server/json_util.h"
+#include "server/scores_json.h"
+
+typedef struct {
+    kvr_query_request q;
+    uint32_t *tokens;
+    kvr_mm_item *items;
+    uint64_t *allowed;
+} parsed;
+
+static void parsed_free(parsed *p)
+{
+    free(p->tokens);
+    free(p->items);
+    free(p->allowed);
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c = (char)tolower((unsigned char)c);
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* mm_hash: a JSON integer (negative = its u64 bits, since JSON numbers
+ * above 2^63 do not parse), or a 16-hex-digit string, or a 64-hex-digit
+ * string (a SHA-256 image hash) of which the last 16 digits count — the
+ * last 8 bytes big-endian, the same rule as a wire `bin` hash (SPEC §3). */
+static bool parse_mm_hash(const json_t *v, uint64_t *out)
+{
+    if (json_is_integer(v)) {
+        *out = (uint64_t)json_integer_value(v);
+        return true;
+    }
+    if (!json_is_string(v))
+        return false;
+    const char *s = json_string_value(v);
+    size_t n = json_string_length(v);
+    if (n != 16 && n != 64)
+        return false;
+    uint64_t x = 0;
+    for (size_t i = 0; i < n; i++) {
+        int d = hexval(s[i]);
+        if (d < 0)
+            return false;
+        x = (x << 4) | (uint64_t)d; /* earlier digits shift out */
+    }
+    *out = x;
+    return true;
+}
+
+static bool parse_items(json_t *arr, parsed *p, kvr_api_reply *reply)
+{
+    if (!json_is_array(arr)) {
+        kvr_api_error(reply, 400, "field 'mm_items' must be an array of {start, end, mm_hash?}");
+        return false;
+    }
+    size_t n = json_array_size(arr);
+    if (n > KVR_ROUTE_MAX_MM_ITEMS) {
+        kvr_api_error(reply, 400, "field 'mm_items' has more than %u items",
+                      KVR_ROUTE_MAX_MM_ITEMS);
+        return false;
+    }
+    p->items = calloc(n ? n : 1, sizeof *p->items);
+    if (!p->items) {
+        kvr_api_error(reply, 500, "out of memory");
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *o = json_array_get(arr, i);
+        if (!json_is_object(o)) {
+            kvr_api_error(reply, 400, "field 'mm_items[%zu]' must be an object", i);
+            return false;
+        }
+        static const char *const keys[2] = {"start", "end"};
+        uint64_t v[2];
+        for (int k = 0; k < 2; k++) {
+            json_t *x = json_object_get(o, keys[k]);
+            if (!json_is_integer(x) || json_integer_value(x) < 0 ||
+                json_integer_value(x) > (json_int_t)UINT32_MAX) {
+                kvr_api_error(reply, 400, "field 'mm_items[%zu].%s' must be an integer in [0, 2^32)",
+                              i, keys[k]);
+                return false;
+            }
+            v[k] = (uint64_t)json_integer_value(x);
+        }
+        p->items[i].start = (uint32_t)v[0];
+        p->items[i].end = (uint32_t)v[1];
+        json_t *h = json_object_get(o, "mm_hash");
+        if (h && !json_is_null(h)) {
+            if (!parse_mm_hash(h, &p->items[i].mm_hash)) {
+                kvr_api_error(reply, 400,
+                              "field 'mm_items[%zu].mm_hash' must be a 64-bit integer or a 16- or "
+                              "64-hex-digit string", i);
+                return false;
+            }
+            p->items[i].has_mm_hash = true;
+        }
+    }
+    p->q.mm_items = p->items;
+    p->q.n_mm_items = n;
+    return true;
+}
+
+/* The /query fields, shared by /route. */
+static bool parse_query(json_t *body, parsed *p, kvr_api_reply *reply)
+{
+    kvr_json_err e = {{0}};
+    memset(p, 0, sizeof *p);
+    if (!json_is_object(body)) {
+        kvr_api_error(reply, 400, "body must be a JSON object");
+        return false;
+    }
+    if (!kvr_json_get_str(body, "model_name", true, true, KVR_NAME_MAX, &p->q.model_name, &e) ||
+        !kvr_json_get_str(body, "routing_group", false, true, KVR_NAME_MAX, &p->q.routing_group,
+                          &e) ||
+        !kvr_json_get_str(body, "lora_name", false, false, KVR_NAME_MAX, &p->q.lora_name, &e) ||
+        !kvr_json_get_str(body, "cache_salt", false, false, KVR_NAME_MAX, &p->q.cache_salt, &e)) {
+        kvr_api_error(reply, 400, "%s", e.msg);
+        return false;
+    }
+    json_t *arr = json_object_get(body, "token_ids");
+    if (!json_is_array(arr) || json_array_size(arr) == 0) {
+        kvr_api_error(reply, 400, "field 'token_ids' must be a non-empty array of u32");
+        return false;
+    }
+    size_t n = json_array_size(arr);
+    if (n > KVR_ROUTE_MAX_TOKENS) {
+        kvr_api_error(reply, 400, "field 'token_ids' has more than %u tokens",
+                      KVR_ROUTE_MAX_TOKENS);
+        return false;
+    }
+    p->tokens = malloc(n * sizeof *p->tokens);
+    if (!p->tokens) {
+        kvr_api_error(reply, 500, "out of memory");
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(arr, i);
+        json_int_t v = json_is_integer(t) ? json_integer_value(t) : -1;
+        if (v < 0 || v > (json_int_t)UINT32_MAX) {
+            kvr_api_error(reply, 400, "field 'token_ids[%zu]' must be an integer in [0, 2^32)", i);
+            return false;
+        }
+        p->tokens[i] = (uint32_t)v;
+    }
+    p->q.token_ids = p->tokens;
+    p->q.n_tokens = n;
+    json_t *items = json_object_get(body, "mm_items");
+    if (items && !json_is_null(items) && !parse_items(items, p, reply))
+        return false;
+    return true;
+}
+
+static void route_error(kvr_api_reply *reply, kvr_route_status st, const char *msg)
+{
+    kvr_api_error(reply, kvr_route_status_http(st), "%s", msg);
+}
+
+void kvr_api_query(kvr_server *srv, json_t *body, kvr_api_reply *reply)
+{
+    parsed p;
+    if (!parse_query(body, &p, reply)) {
+        parsed_free(&p);
+        return;
+    }
+    kvr_query_result res;
+    kvr_query_result_init(&res);
+    kvr_route_status st = kvr_query(kvr_server_router(srv), &p.q, &res);
+    if (st != KVR_ROUTE_OK) {
+        route_error(reply, st, res.error);
+    } else {
+        json_t *root = kvr_scores_json_new();
+        for (size_t i = 0; root && i < res.n_entries; i++) {
+            const kvr_query_entry *e = &res.entries[i];
+            if (kvr_scores_json_add(root, e->worker_id, e->dp_rank, e->gpu_blocks, e->cpu_blocks,
+                                    e->disk_blocks, res.block_size) < 0) {
+                json_decref(root);
+                root = NULL;
+            }
+        }
+        if (root) {
+            reply->status = 200;
+            reply->body = root;
+        } else
+            kvr_api_error(reply, 500, "out of memory");
+    }
+    kvr_query_result_free(&res);
+    parsed_free(&p);
+}
+
+static bool get_number(json_t *body, const char *key, bool *has, double *out, kvr_api_reply *reply)
+{
+    json_t *v = json_object_get(body, key);
+    *has = false;
+    if (!v || json_is_null(v))
+        return true;
+    if (!json_is_number(v) || !isfinite(json_number_value(v)) || json_number_value(v) < 0) {
+        kvr_api_error(reply, 400, "field '%s' must be a finite number >= 0", key);
+        return false;
+    }
+    *has = true;
+    *out = json_number_value(v);
+    return true;
+}
+
+static bool parse_route(json_t *body, parsed *p, kvr_route_request *rq, kvr_api_reply *reply)
+{
+    if (!parse_query(body, p, reply))
+        return false;
+    memset(rq, 0, sizeof *rq);
+    rq->q = p->q;
+    kvr_json_err e = {{0}};
+    uint64_t osl = 0, rank = 0;
+    bool has_rank = json_object_get(body, "dp_rank") && !json_is_null(json_object_get(body, "dp_rank"));
+    rq->has_worker_id = json_object_get(body, "worker_id") &&
+                        !json_is_null(json_object_get(body, "worker_id"));
+    if (!kvr_json_get_str(body, "request_id", true, true, KVR_ROUTE_MAX_ID_LEN + 1,
+                          &rq->request_id, &e) ||
+        !kvr_json_get_uint(body, "osl", false, 0, UINT32_MAX, &osl, &e) ||
+        !kvr_json_get_u64(body, "worker_id", false, &rq->worker_id, &e) ||
+        !kvr_json_get_uint(body, "dp_rank", false, 0, UINT32_MAX, &rank, &e) ||
+        !kvr_json_get_bool(body, "debug", NULL, &rq->debug, &e)) {
+        kvr_api_error(reply, 400, "%s", e.msg);
+        return false;
+    }
+    rq->osl = (uint32_t)osl;
+    rq->has_dp_rank = has_rank;
+    rq->dp_rank = (uint32_t)rank;
+    if (!get_number(body, "temperature", &rq->has_temperature, &rq->temperature, reply) ||
+        !get_number(body, "overlap_score_credit", &rq->has_overlap_score_credit,
+                    &rq->overlap_score_credit, reply) ||
+        !get_number(body, "prefill_load_scale", &rq->has_prefill_load_scale,
+                    &rq->prefill_load_scale, reply))
+        return false;
+    json_t *aw = json_object_get(body, "allowed_workers");
+    if (aw && !json_is_null(aw)) {
+        size_t n = json_is_array(aw) ? json_array_size(aw) : 0;
+        if (!json_is_array(aw) || n > 65536) {
+            kvr_api_error(reply, 400, "field 'allowed_workers' must be an array of worker ids");
+            return false;
+        }
+        p->allowed = malloc((n ? n : 1) * sizeof *p->allowed);
+        if (!p->allowed) {
+            kvr_api_error(reply, 500, "out of memory");
+            return false;
+        }
+        for (size_t i = 0; i < n; i++)
+            if (!kvr_json_u64(json_array_get(aw, i), false, &p->allowed[i])) {
+                kvr_api_error(reply, 400, "field 'allowed_workers[%zu]' must be a worker id", i);
+                return false;
+            }
+        rq->allowed_workers = p->allowed;
+        rq->n_allowed_workers = n;
+    }
+    return true;
+}
+
+static json_t *costs_json(const kvr_route_decision *d)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < d->n_costs; i++) {
+        const kvr_route_cost *c = &d->costs[i];
+        json_t *o = json_pack("{s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f}", "worker_id",
+                              kvr_json_u64_num(c->worker_id), "dp_rank", (json_int_t)c->dp_rank,
+                              "gpu_blocks", (json_int_t)c->gpu_blocks, "cpu_blocks",
+                              (json_int_t)c->cpu_blocks, "disk_blocks", (json_int_t)c->disk_blocks,
+                              "routing_tokens", (json_int_t)c->routing_tokens,
+                              "active_prefill_tokens", (json_int_t)c->active_prefill_tokens,
+                              "active_decode_blocks", (json_int_t)c->active_decode_blocks,
+                              "credit", c->credit, "cost", c->cost, "probability", c->probability);
+        if (!o || json_array_append_new(arr, o) < 0) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    return arr;
+}
+
+static json_t *decision_json(const kvr_route_request *rq, const kvr_route_decision *d)
+{
+    json_t *o = json_pack("{s:o,s:I,s:I,s:b,s:I,s:s,s:s}", "worker_id",
+                          kvr_json_u64_num(d->worker_id), "dp_rank", (json_int_t)d->dp_rank,
+                          "overlap_tokens", (json_int_t)d->overlap_tokens, "forward_mm_hashes",
+                          d->forward_mm_hashes, "routing_tokens", (json_int_t)d->routing_tokens,
+                          "reason", kvr_route_reason_name(d->reason), "request_id",
+                          rq->request_id);
+    if (!o)
+        return NULL;
+    if (d->forward_mm_hashes) {
+        json_t *h = json_array();
+        json_object_set_new(o, "mm_hashes", h);
+        for (size_t i = 0; h && i < rq->q.n_mm_items; i++) {
+            char hex[17];
+            snprintf(hex, sizeof hex, "%016" PRIx64, rq->q.mm_items[i].mm_hash);
+            json_array_append_new(h, json_string(hex));
+        }
+    }
+    if (rq->debug) {
+        json_object_set_new(o, "costs", costs_json(d));
+        json_object_set_new(o, "cost", json_real(d->cost));
+    }
+    return o;
+}
+
+void kvr_api_route(kvr_server *srv, json_t *body, kvr_api_reply *reply)
+{
+    parsed p;
+    kvr_route_request rq;
+    if (!parse_route(body, &p, &rq, reply)) {
+        parsed_free(&p);
+        return;
+    }
+    kvr_route_decision d;
+    kvr_route_status st = kvr_route(kvr_server_router(srv), &rq, &d);
+    if (st != KVR_ROUTE_OK) {
+        route_error(reply, st, d.error);
+    } else {
+        reply->body = decision_json(&rq, &d);
+        reply->status = 200;
+        if (!reply->body) {
+            /* The booking stands only if the caller learns where it went. */
+            kvr_router_release(kvr_server_router(srv), rq.request_id);
+            kvr_api_error(reply, 500, "out of memory");
+        }
+    }
+    kvr_route_decision_free(&d);
+    parsed_free(&p);
+}
+
+static void booking_call(kvr_server *srv, json_t *body, kvr_api_reply *reply, bool release)
+{
+    kvr_json_err e = {{0}};
+    const char *id = NULL;
+    if (!json_is_object(body) ||
+        !kvr_json_get_str(body, "request_id", true, true, KVR_ROUTE_MAX_ID_LEN + 1, &id, &e)) {
+        kvr_api_error(reply, 400, "%s", json_is_object(body) ? e.msg : "body must be a JSON object");
+        return;
+    }
+    kvr_router *r = kvr_server_router(srv);
+    kvr_route_status st = release ? kvr_router_release(r, id) : kvr_router_prefill_done(r, id);
+    if (st != KVR_ROUTE_OK) {
+        kvr_api_error(reply, 404, "field 'request_id': no active booking '%s' (unknown, freed or "
+                      "expired)", id);
+        return;
+    }
+    reply->status = 200;
+    reply->body = json_pack("{s:s,s:s}", "request_id", id, "status",
+                            release ? "freed" : "decode");
+}
+
+void kvr_api_prefill_done(kvr_server *srv, json_t *body, kvr_api_reply *reply)
+{
+    booking_call(srv, body, reply, false);
+}
+
+void kvr_api_free(kvr_server *srv, json_t *body, kvr_api_reply *reply)
+{
+    booking_call(srv, body, reply, true);
+}

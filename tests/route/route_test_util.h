@@ -1,0 +1,111 @@
+/* Shared fixtures of the route tests: build index state through the facade
+ * with raw events, as a source would after decoding. */
+#ifndef KVR_ROUTE_TEST_UTIL_H
+#define KVR_ROUTE_TEST_UTIL_H
+
+#include "test_support.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvrouter/hash.h"
+#include "kvrouter/route.h"
+
+#define RT_MODEL "m"
+
+static inline kvr_worker *rt_register(kvr_indexer *ix, uint64_t id, uint32_t bs,
+                                      kvr_mm_identity mode, int accepts, bool eagle,
+                                      const char *lora)
+{
+    kvr_worker_settings s = {0};
+    s.model_name = RT_MODEL;
+    s.worker_id = id;
+    s.block_size = bs;
+    s.mm_identity = mode;
+    s.accepts_mm_hashes = accepts;
+    s.is_eagle = eagle;
+    s.lora_name = lora;
+    kvr_worker *w = NULL;
+    kvr_reg_result res = kvr_indexer_register(ix, &s, &w);
+    assert_true(res == KVR_REG_CREATED || res == KVR_REG_UNCHANGED);
+    assert_non_null(w);
+    return w;
+}
+
+/* One root store of ceil-less whole blocks: engine hashes base, base+1, ...
+ * tokens are u64 (wide ids allowed); Eagle stores carry one extra token. */
+static inline void rt_store_tier(kvr_indexer *ix, kvr_worker *w, uint32_t rank, kvr_tier tier,
+                                 uint32_t bs, const uint64_t *tokens, uint32_t n_tokens,
+                                 bool eagle, uint64_t base)
+{
+    uint32_t nb = eagle ? (n_tokens - 1) / bs : n_tokens / bs;
+    uint64_t *hashes = calloc(nb ? nb : 1, sizeof *hashes);
+    for (uint32_t i = 0; i < nb; i++)
+        hashes[i] = base + i;
+    kvr_raw_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.type = KVR_EV_STORED;
+    ev.tier = tier;
+    ev.block_hashes = hashes;
+    ev.n_block_hashes = nb;
+    ev.token_ids = tokens;
+    ev.n_token_ids = n_tokens;
+    ev.eagle = eagle;
+    ev.block_size = bs;
+    kvr_batch b;
+    memset(&b, 0, sizeof b);
+    b.events = &ev;
+    b.n_events = 1;
+    kvr_indexer_apply(ix, w, rank, &b);
+    free(hashes);
+}
+
+static inline void rt_store(kvr_indexer *ix, kvr_worker *w, uint32_t rank, uint32_t bs,
+                            const uint64_t *tokens, uint32_t n_tokens, bool eagle, uint64_t base)
+{
+    rt_store_tier(ix, w, rank, KVR_TIER_GPU, bs, tokens, n_tokens, eagle, base);
+}
+
+static inline void rt_widen(const uint32_t *in, uint64_t *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = in[i];
+}
+
+static inline const kvr_query_entry *rt_entry(const kvr_query_result *q, uint64_t worker,
+                                              uint32_t rank)
+{
+    for (size_t i = 0; i < q->n_entries; i++)
+        if (q->entries[i].worker_id == worker && q->entries[i].dp_rank == rank)
+            return &q->entries[i];
+    fail_msg("no entry for worker %llu rank %u", (unsigned long long)worker, rank);
+    return NULL;
+}
+
+static inline kvr_query_request rt_request(const uint32_t *tokens, size_t n,
+                                           const kvr_mm_item *items, size_t n_items)
+{
+    kvr_query_request q;
+    memset(&q, 0, sizeof q);
+    q.model_name = RT_MODEL;
+    q.token_ids = tokens;
+    q.n_tokens = n;
+    q.mm_items = items;
+    q.n_mm_items = n_items;
+    return q;
+}
+
+static inline kvr_router *rt_router(kvr_indexer *ix, double ttl, uint64_t seed)
+{
+    kvr_router_config cfg;
+    kvr_router_config_default(&cfg);
+    cfg.rng_seed = seed;
+    cfg.rank_refresh_s = 0;
+    if (ttl > 0)
+        cfg.booking_ttl_s = ttl;
+    kvr_router *r = kvr_router_create(ix, &cfg);
+    assert_non_null(r);
+    return r;
+}
+
+#endif
