@@ -2,6 +2,8 @@
  * with matches on router hashes computed from tokens (kvr_hash_blocks). */
 #include "indexer_fixture.h"
 
+#include "kvrouter/wire_encode.h"
+
 static kvr_indexer *ix;
 static kvr_worker *w1, *w2;
 
@@ -298,6 +300,47 @@ static void test_engine_wide_media_exclusion(void **state)
     free(info);
 }
 
+/* Real msgpack bytes (both encodings) through decode and the facade: the
+ * wide Kimi ids survive decoding, the batch's dp_rank picks the rank. */
+static void test_wire_bytes_end_to_end(void **state)
+{
+    (void)state;
+    uint64_t tok[3 * B], h[3] = {1101, 1102, 1103};
+    text(tok, 3 * B, 10);
+    tok[2 * B] = WIDE;
+    uint32_t req[2 * B];
+    text32(req, 2 * B, 10);
+    kvr_raw_event evs[2] = {store_ev(h, 3, false, 0, tok, 3 * B), remove_ev(h + 1, 1)};
+    evs[0].block_size = B;
+    for (int style = KVR_WIRE_SGLANG; style <= KVR_WIRE_VLLM; style++) {
+        kvr_wbuf wb;
+        kvr_wbuf_init(&wb);
+        kvr_wire_encode_batch(&wb, (kvr_wire_style)style, 1.5, evs, 1, true, 2);
+        kvr_batch b;
+        kvr_batch_init(&b);
+        assert_int_equal(kvr_batch_decode(&b, wb.data, wb.len), KVR_BATCH_OK);
+        kvr_indexer_apply(ix, w2, 0, &b);
+        assert_int_equal(match_gpu(ix, 2, 2, req, 2 * B), 2);
+        assert_int_equal(match_gpu(ix, 2, 0, req, 2 * B), 0);
+        kvr_wbuf_reset(&wb);
+        kvr_wire_encode_batch(&wb, (kvr_wire_style)style, 1.6, evs + 1, 1, true, 2);
+        assert_int_equal(kvr_batch_decode(&b, wb.data, wb.len), KVR_BATCH_OK);
+        kvr_indexer_apply(ix, w2, 0, &b);
+        assert_int_equal(match_gpu(ix, 2, 2, req, 2 * B), 1);
+        kvr_batch_free(&b);
+        kvr_wbuf_free(&wb);
+        kvr_indexer_clear_rank(ix, w2, 2);
+        assert_int_equal(match_gpu(ix, 2, 2, req, 2 * B), 0);
+    }
+    kvr_worker_info *info;
+    const kvr_rank_info *r = rank_snapshot(w2, 2, &info);
+    assert_int_equal(r->norm.wide_tokens_seen, 2);
+    assert_int_equal(r->norm.mm_stores_truncated, 2);
+    assert_int_equal(r->events_stored, 2);
+    assert_int_equal(r->blocks_stored, 4);
+    free(info);
+}
+
 static void test_lora_worker_seed(void **state)
 {
     (void)state;
@@ -466,6 +509,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_wire_drops_counted_batch_continues, setup, teardown),
         cmocka_unit_test_setup_teardown(test_engine_wide_media_exclusion, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wire_bytes_end_to_end, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lora_worker_seed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dump_load_round_trip, setup, teardown),
     };
