@@ -1,0 +1,91 @@
+/* `kvrouter sim`: one trace replayed under several routing policies, each on
+ * a fresh simulated fleet, in virtual time.
+ *
+ * Time model (discrete events, deterministic for the baselines): request i
+ * arrives at timestamp_ms / speed; the policy picks a worker (engine x
+ * dp rank) at arrival; the engine's cache is read and updated at arrival
+ * (hit = cached prefix then); each worker prefills one request at a time in
+ * FIFO order, taking uncached_tokens / prefill_tps seconds; decode then
+ * takes output_length / decode_tps seconds and does not hold the prefill
+ * queue (continuous batching). TTFT proxy = queueing wait + prefill time.
+ * A worker's running requests (arrival .. end of decode) are its load for
+ * least_loaded / approx_tree, and the router hears /prefill_done and /free
+ * at those virtual instants. Host-tier (HiCache) blocks loaded back count as
+ * reused: they are not recomputed. Output tokens are not cached (the trace
+ * does not say which later prompt blocks they become). */
+#ifndef KVR_SIM_SIM_H
+#define KVR_SIM_SIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kvrouter/wire_encode.h"
+#include "sim/workload.h"
+
+typedef enum {
+    KVR_SIM_KVROUTER = 0,
+    KVR_SIM_ROUND_ROBIN,
+    KVR_SIM_RANDOM,
+    KVR_SIM_LEAST_LOADED,
+    KVR_SIM_APPROX_TREE,
+    KVR_SIM_ORACLE,
+    KVR_SIM_POLICY_COUNT
+} kvr_sim_policy;
+
+const char *kvr_sim_policy_name(kvr_sim_policy p);
+int kvr_sim_policy_from_name(const char *name); /* -1 if unknown */
+
+typedef struct {
+    size_t engines;
+    uint32_t dp;            /* ranks per engine; rank r publishes on base port + r */
+    uint32_t block_size;
+    size_t capacity;        /* GPU blocks per rank */
+    size_t hicache;         /* host blocks per rank, 0 = off */
+    double kimi_share;      /* share of engines that are Kimi engine_wide */
+    kvr_wire_style wire;
+    bool eagle;
+    uint64_t seed;
+    double speed;           /* trace time is divided by this */
+    double prefill_tps;     /* prefill tokens/s per worker */
+    double decode_tps;      /* decode tokens/s per request */
+    const char *router_url; /* needed by the kvrouter policy */
+    const char *model_name;
+    unsigned sync_every;    /* kvrouter: wait for the router to apply events every N requests */
+    int sync_timeout_ms;
+    FILE *log;              /* progress lines, or NULL */
+} kvr_sim_config;
+
+void kvr_sim_config_defaults(kvr_sim_config *c);
+
+typedef struct {
+    bool ran;
+    size_t requests;
+    uint64_t prompt_tokens, reused_tokens, gpu_reused_tokens;
+    double hit_rate;           /* reused prompt tokens / prompt tokens */
+    double gpu_hit_rate;       /* the GPU part of it */
+    double max_mean_load;      /* max / mean of requests routed per worker */
+    double max_mean_prefill;   /* max / mean of prefill tokens computed per worker */
+    double ttft_p50_ms, ttft_p99_ms, ttft_mean_ms;
+    double wall_s;
+    /* kvrouter policy only */
+    uint64_t route_errors, sync_timeouts, http_calls, sync_polls;
+    double http_s, sync_s;
+} kvr_sim_result;
+
+/* Engine e is Kimi engine_wide when the running share crosses an integer:
+ * spreads the Kimi engines evenly over the fleet. */
+bool kvr_sim_engine_is_kimi(const kvr_sim_config *c, size_t engine);
+
+int kvr_sim_run(const kvr_sim_config *cfg, const kvr_sim_workload *wl, kvr_sim_policy p,
+                kvr_sim_result *out, char *err, size_t errlen);
+
+/* Output (report.c). */
+void kvr_sim_print_table(FILE *out, const kvr_sim_result *res, const bool *which);
+/* One line {"policies": {...}, ...} without a newline. */
+char *kvr_sim_json(const kvr_sim_config *cfg, const kvr_sim_result *res, const bool *which);
+int kvr_sim_write_svg(const char *path, const kvr_sim_result *res, const bool *which,
+                      const char *title);
+
+#endif

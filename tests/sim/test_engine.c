@@ -1,0 +1,413 @@
+/* Mock engines publish real bytes: a real SUB on 127.0.0.1 receives
+ * [topic, seq, payload] and the wire decoder reads the events back. */
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "test_support.h"
+
+#include "kvrouter/hash.h"
+#include "kvrouter/wire.h"
+#include "sim/engine.h"
+#include "sim/workload.h"
+
+typedef struct {
+    void *zctx;
+    kvr_sim_engine *eng;
+    void *sub;
+    kvr_batch batch;
+    unsigned char *payload; /* 1 MiB */
+    size_t payload_len;
+    uint64_t seq;
+} fixture;
+
+static void setup_engine(fixture *f, kvr_sim_engine_config *ec)
+{
+    memset(f, 0, sizeof *f);
+    f->payload = malloc(1 << 20);
+    assert_non_null(f->payload);
+    f->zctx = zmq_ctx_new();
+    assert_non_null(f->zctx);
+    ec->zctx = f->zctx;
+    ec->pub_bind = "tcp://127.0.0.1:*";
+    ec->replay_bind = "tcp://127.0.0.1:*";
+    char err[256];
+    f->eng = kvr_sim_engine_create(ec, err, sizeof err);
+    assert_non_null(f->eng);
+    f->sub = zmq_socket(f->zctx, ZMQ_SUB);
+    int linger = 0;
+    zmq_setsockopt(f->sub, ZMQ_LINGER, &linger, sizeof linger);
+    assert_int_equal(zmq_setsockopt(f->sub, ZMQ_SUBSCRIBE, "", 0), 0);
+    assert_int_equal(zmq_connect(f->sub, kvr_sim_engine_endpoint(f->eng)), 0);
+    assert_true(kvr_sim_engine_wait_subscriber(f->eng, 5000));
+    kvr_batch_init(&f->batch);
+}
+
+static void teardown_engine(fixture *f)
+{
+    kvr_batch_free(&f->batch);
+    free(f->payload);
+    zmq_close(f->sub);
+    kvr_sim_engine_destroy(f->eng);
+    zmq_ctx_term(f->zctx);
+}
+
+/* Receives one 3-frame message and decodes its batch. */
+static void recv_batch(fixture *f)
+{
+    zmq_pollitem_t it = {.socket = f->sub, .events = ZMQ_POLLIN};
+    assert_int_equal(zmq_poll(&it, 1, 5000), 1);
+    unsigned char topic[64], seqb[16];
+    int more;
+    size_t ml = sizeof more;
+    int n = zmq_recv(f->sub, topic, sizeof topic, 0);
+    assert_int_equal(n, 0);
+    zmq_getsockopt(f->sub, ZMQ_RCVMORE, &more, &ml);
+    assert_true(more);
+    n = zmq_recv(f->sub, seqb, sizeof seqb, 0);
+    assert_int_equal(n, 8);
+    zmq_getsockopt(f->sub, ZMQ_RCVMORE, &more, &ml);
+    assert_true(more);
+    n = zmq_recv(f->sub, f->payload, 1 << 20, 0);
+    assert_true(n > 0 && n <= (1 << 20));
+    zmq_getsockopt(f->sub, ZMQ_RCVMORE, &more, &ml);
+    assert_false(more);
+    f->payload_len = (size_t)n;
+    assert_int_equal(kvr_frame_parse(3, seqb, 8, &f->seq), KVR_FRAME_OK);
+    assert_int_equal(kvr_batch_decode(&f->batch, f->payload, f->payload_len), KVR_BATCH_OK);
+    assert_int_equal(f->batch.n_dropped, 0);
+}
+
+static void assert_hashes(const kvr_raw_event *ev, const uint64_t *want, size_t n)
+{
+    assert_int_equal(ev->n_block_hashes, n);
+    for (size_t i = 0; i < n; i++)
+        assert_true(ev->block_hashes[i] == want[i]);
+}
+
+static void seq_tokens(uint64_t *t, size_t n, uint64_t base)
+{
+    for (size_t i = 0; i < n; i++)
+        t[i] = base + i;
+}
+
+static void check_store_evict(kvr_wire_style style)
+{
+    fixture f;
+    kvr_sim_engine_config ec = {.dp_rank = 3, .block_size = 4, .gpu_capacity = 8, .wire = style};
+    setup_engine(&f, &ec);
+
+    uint64_t a[16], h[8];
+    seq_tokens(a, 16, 100);
+    kvr_sim_hit hit;
+    assert_int_equal(kvr_sim_engine_serve(f.eng, a, 16, &hit), 0);
+    assert_int_equal(hit.n_blocks, 4);
+    assert_int_equal(hit.gpu_blocks, 0);
+    recv_batch(&f);
+    assert_true(f.seq == 0);
+    assert_true(f.batch.has_dp_rank);
+    assert_int_equal(f.batch.dp_rank, 3);
+    assert_int_equal(f.batch.n_events, 1);
+    const kvr_raw_event *ev = &f.batch.events[0];
+    assert_int_equal(ev->type, KVR_EV_STORED);
+    assert_int_equal(ev->tier, KVR_TIER_GPU);
+    assert_false(ev->has_parent);
+    assert_int_equal(kvr_sim_engine_hashes(f.eng, a, 16, h, 8), 4);
+    assert_hashes(ev, h, 4);
+    assert_int_equal(ev->n_token_ids, 16);
+    for (size_t i = 0; i < 16; i++)
+        assert_true(ev->token_ids[i] == a[i]);
+    assert_int_equal(ev->block_size, 4);
+    uint64_t a_hash[4];
+    memcpy(a_hash, h, sizeof a_hash);
+
+    /* Shares two blocks, adds six: 4 + 6 > 8, so the two LRU leaves of the
+     * first prompt go first (deepest first), then the suffix is stored under
+     * the shared prefix. */
+    uint64_t b[32];
+    memcpy(b, a, 8 * sizeof *b);
+    seq_tokens(b + 8, 24, 5000);
+    assert_int_equal(kvr_sim_engine_serve(f.eng, b, 32, &hit), 0);
+    assert_int_equal(hit.gpu_blocks, 2);
+    recv_batch(&f);
+    assert_true(f.seq == 1);
+    assert_int_equal(f.batch.n_events, 2);
+    ev = &f.batch.events[0];
+    assert_int_equal(ev->type, KVR_EV_REMOVED);
+    assert_int_equal(ev->tier, KVR_TIER_GPU);
+    uint64_t want_removed[2] = {a_hash[3], a_hash[2]};
+    assert_hashes(ev, want_removed, 2);
+    ev = &f.batch.events[1];
+    assert_int_equal(ev->type, KVR_EV_STORED);
+    assert_true(ev->has_parent);
+    assert_true(ev->parent == a_hash[1]);
+    uint64_t hb[8];
+    assert_int_equal(kvr_sim_engine_hashes(f.eng, b, 32, hb, 8), 8);
+    assert_hashes(ev, hb + 2, 6);
+    assert_int_equal(ev->n_token_ids, 24);
+    assert_true(ev->token_ids[0] == b[8]);
+    assert_true(hb[0] == a_hash[0] && hb[1] == a_hash[1]);
+    assert_int_equal(kvr_sim_engine_gpu_size(f.eng), 8);
+
+    /* AllBlocksCleared empties the cache. */
+    assert_int_equal(kvr_sim_engine_clear(f.eng), 0);
+    recv_batch(&f);
+    assert_true(f.seq == 2);
+    assert_int_equal(f.batch.n_events, 1);
+    assert_int_equal(f.batch.events[0].type, KVR_EV_CLEARED);
+    assert_int_equal(kvr_sim_engine_gpu_size(f.eng), 0);
+    assert_int_equal(kvr_sim_engine_last_seq(f.eng), 2);
+    teardown_engine(&f);
+}
+
+static void test_sglang_store_evict(void **state)
+{
+    (void)state;
+    check_store_evict(KVR_WIRE_SGLANG);
+}
+
+static void test_vllm_store_evict(void **state)
+{
+    (void)state;
+    check_store_evict(KVR_WIRE_VLLM);
+}
+
+static void test_hicache_moves_evicted_to_cpu(void **state)
+{
+    (void)state;
+    fixture f;
+    kvr_sim_engine_config ec = {.block_size = 4, .gpu_capacity = 4, .cpu_capacity = 6};
+    setup_engine(&f, &ec);
+    uint64_t a[16], b[16], ha[4], hb[4];
+    seq_tokens(a, 16, 1);
+    seq_tokens(b, 16, 900);
+    kvr_sim_engine_hashes(f.eng, a, 16, ha, 4);
+    kvr_sim_engine_hashes(f.eng, b, 16, hb, 4);
+    kvr_sim_hit hit;
+    assert_int_equal(kvr_sim_engine_serve(f.eng, a, 16, &hit), 0);
+    recv_batch(&f);
+    assert_int_equal(kvr_sim_engine_serve(f.eng, b, 16, &hit), 0);
+    recv_batch(&f);
+    /* cpu stores parents first, each linked to its parent, then the GPU
+     * removal, then b's store. */
+    assert_int_equal(f.batch.n_events, 6);
+    assert_int_equal(f.batch.events[5].type, KVR_EV_STORED);
+    assert_int_equal(f.batch.events[5].tier, KVR_TIER_GPU);
+    assert_false(f.batch.events[5].has_parent);
+    for (int i = 0; i < 4; i++) {
+        const kvr_raw_event *ev = &f.batch.events[i];
+        assert_int_equal(ev->type, KVR_EV_STORED);
+        assert_int_equal(ev->tier, KVR_TIER_CPU);
+        assert_int_equal(ev->n_block_hashes, 1);
+        assert_true(ev->block_hashes[0] == ha[i]);
+        assert_int_equal(ev->has_parent, i > 0);
+        if (i > 0)
+            assert_true(ev->parent == ha[i - 1]);
+        assert_int_equal(ev->n_token_ids, 4);
+        assert_true(ev->token_ids[0] == a[4 * i]);
+    }
+    assert_int_equal(f.batch.events[4].type, KVR_EV_REMOVED);
+    assert_int_equal(f.batch.events[4].tier, KVR_TIER_GPU);
+    assert_int_equal(f.batch.events[4].n_block_hashes, 4);
+    for (int i = 0; i < 4; i++) {
+        assert_true(kvr_sim_engine_cpu_contains(f.eng, ha[i]));
+        assert_false(kvr_sim_engine_gpu_contains(f.eng, ha[i]));
+        assert_true(kvr_sim_engine_gpu_contains(f.eng, hb[i]));
+    }
+    /* Coming back, a's prefix is loaded from the host tier and b moves down;
+     * 4 + 4 > 6 host blocks, so the host tier evicts its two least recently
+     * used entries. */
+    kvr_sim_hit peek;
+    kvr_sim_engine_peek(f.eng, a, 16, &peek);
+    assert_int_equal(peek.gpu_blocks, 0);
+    assert_int_equal(peek.cpu_blocks, 4);
+    assert_int_equal(kvr_sim_engine_serve(f.eng, a, 16, &hit), 0);
+    assert_int_equal(hit.gpu_blocks, 0);
+    assert_int_equal(hit.cpu_blocks, 4);
+    recv_batch(&f);
+    size_t cpu_removed = 0, cpu_stored = 0, gpu_stored = 0;
+    for (uint32_t i = 0; i < f.batch.n_events; i++) {
+        const kvr_raw_event *ev = &f.batch.events[i];
+        if (ev->type == KVR_EV_REMOVED && ev->tier == KVR_TIER_CPU)
+            cpu_removed += ev->n_block_hashes;
+        if (ev->type == KVR_EV_STORED && ev->tier == KVR_TIER_CPU)
+            cpu_stored += ev->n_block_hashes;
+        if (ev->type == KVR_EV_STORED && ev->tier == KVR_TIER_GPU)
+            gpu_stored += ev->n_block_hashes;
+    }
+    assert_int_equal(gpu_stored, 4);    /* a loaded back */
+    assert_int_equal(cpu_stored, 4);    /* b moved down */
+    assert_int_equal(cpu_removed, 2);   /* 4 + 4 > 6 */
+    assert_int_equal(kvr_sim_engine_cpu_size(f.eng), 6);
+    kvr_sim_engine_stats st = kvr_sim_engine_get_stats(f.eng);
+    assert_int_equal(st.cpu_stored, 8);
+    assert_int_equal(st.cpu_removed, 2);
+    teardown_engine(&f);
+}
+
+static void test_kimi_wide_tokens(void **state)
+{
+    (void)state;
+    fixture f;
+    kvr_sim_engine_config ec = {.block_size = 16, .gpu_capacity = 64};
+    setup_engine(&f, &ec);
+    uint64_t mm = 0x123456789abcdefULL;
+    uint64_t t[64];
+    seq_tokens(t, 64, 10);
+    for (size_t p = 20; p < 40; p++)
+        t[p] = kvr_sim_wide_pad(mm, (unsigned)((p - 20) % 4));
+    kvr_sim_hit hit;
+    assert_int_equal(kvr_sim_engine_serve(f.eng, t, 64, &hit), 0);
+    recv_batch(&f);
+    const kvr_raw_event *ev = &f.batch.events[0];
+    assert_int_equal(ev->n_token_ids, 64);
+    size_t wide = 0;
+    for (size_t p = 0; p < 64; p++) {
+        bool in_image = p >= 20 && p < 40;
+        assert_int_equal(ev->token_ids[p] >= (1ULL << 32), in_image);
+        wide += ev->token_ids[p] >= (1ULL << 32);
+    }
+    assert_int_equal(wide, 20);
+    /* Four distinct values cycled. */
+    assert_true(ev->token_ids[20] == ev->token_ids[24]);
+    assert_true(ev->token_ids[20] != ev->token_ids[21]);
+    assert_true(ev->token_ids[21] != ev->token_ids[22] && ev->token_ids[22] != ev->token_ids[23]);
+    /* A different image hashes differently on the engine. */
+    uint64_t t2[64], h1[4], h2[4];
+    memcpy(t2, t, sizeof t2);
+    for (size_t p = 20; p < 40; p++)
+        t2[p] = kvr_sim_wide_pad(mm + 1, (unsigned)((p - 20) % 4));
+    kvr_sim_engine_hashes(f.eng, t, 64, h1, 4);
+    kvr_sim_engine_hashes(f.eng, t2, 64, h2, 4);
+    assert_true(h1[0] == h2[0]);
+    assert_true(h1[1] != h2[1]);
+    teardown_engine(&f);
+}
+
+static void test_eagle_bigrams(void **state)
+{
+    (void)state;
+    fixture f;
+    kvr_sim_engine_config ec = {.block_size = 4, .gpu_capacity = 16, .eagle = true};
+    setup_engine(&f, &ec);
+    uint64_t t[13];
+    seq_tokens(t, 13, 7);
+    kvr_sim_hit hit;
+    assert_int_equal(kvr_sim_engine_serve(f.eng, t, 13, &hit), 0);
+    assert_int_equal(hit.n_blocks, 3); /* (13-1)/4 */
+    recv_batch(&f);
+    const kvr_raw_event *ev = &f.batch.events[0];
+    assert_true(ev->eagle);
+    assert_int_equal(ev->n_block_hashes, 3);
+    assert_int_equal(ev->n_token_ids, 13); /* 12 bigrams flattened */
+    assert_true(ev->token_ids[12] == t[12]);
+    teardown_engine(&f);
+}
+
+static void test_replay_answers(void **state)
+{
+    (void)state;
+    fixture f;
+    kvr_sim_engine_config ec = {.block_size = 4, .gpu_capacity = 16};
+    setup_engine(&f, &ec);
+    uint64_t a[8], b[8];
+    seq_tokens(a, 8, 1);
+    seq_tokens(b, 8, 77);
+    kvr_sim_hit hit;
+    assert_int_equal(kvr_sim_engine_serve(f.eng, a, 8, &hit), 0);
+    recv_batch(&f);
+    unsigned char first[4096];
+    size_t first_len = f.payload_len;
+    memcpy(first, f.payload, first_len);
+    assert_int_equal(kvr_sim_engine_serve(f.eng, b, 8, &hit), 0);
+    recv_batch(&f);
+
+    void *d = zmq_socket(f.zctx, ZMQ_DEALER);
+    int linger = 0;
+    zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
+    assert_int_equal(zmq_connect(d, kvr_sim_engine_replay_endpoint(f.eng)), 0);
+    unsigned char start[8] = {0};
+    assert_int_equal(zmq_send(d, "", 0, ZMQ_SNDMORE), 0);
+    assert_int_equal(zmq_send(d, start, 8, 0), 8);
+    uint64_t expect = 0;
+    for (;;) {
+        zmq_pollitem_t it = {.socket = d, .events = ZMQ_POLLIN};
+        assert_int_equal(zmq_poll(&it, 1, 5000), 1);
+        unsigned char delim[8], seqb[8];
+        static unsigned char payload[1 << 16];
+        assert_int_equal(zmq_recv(d, delim, sizeof delim, 0), 0);
+        assert_int_equal(zmq_recv(d, seqb, sizeof seqb, 0), 8);
+        int n = zmq_recv(d, payload, sizeof payload, 0);
+        assert_true(n >= 0);
+        uint64_t seq;
+        assert_int_equal(kvr_frame_parse(3, seqb, 8, &seq), KVR_FRAME_OK);
+        if (seq == UINT64_MAX) {
+            assert_int_equal(n, 0);
+            break;
+        }
+        assert_true(seq == expect);
+        if (seq == 0) {
+            assert_int_equal((size_t)n, first_len);
+            assert_memory_equal(payload, first, first_len);
+        }
+        assert_int_equal(kvr_batch_decode(&f.batch, payload, (size_t)n), KVR_BATCH_OK);
+        expect++;
+    }
+    assert_true(expect == 2);
+    assert_true(kvr_sim_engine_replays_served(f.eng) == 1);
+    zmq_close(d);
+    teardown_engine(&f);
+}
+
+static void test_workload_multimodal_forms(void **state)
+{
+    (void)state;
+    uint64_t ids[3] = {5, 6, 7};
+    kvr_trace_request tr = {.timestamp_ms = 0, .input_length = 1200, .output_length = 1,
+                            .n_hash_ids = 3, .hash_ids = ids};
+    kvr_trace t = {.reqs = &tr, .n = 1};
+    kvr_sim_workload wl;
+    assert_int_equal(kvr_sim_workload_init(&wl, &t, 1.0, 3), 0);
+    kvr_sim_request r = {0};
+    assert_int_equal(kvr_sim_workload_build(&wl, 0, &r), 0);
+    assert_int_equal(r.n, 1200);
+    assert_int_equal(r.n_items, 1); /* the last id introduces the image */
+    kvr_sim_mm_item it = r.items[0];
+    assert_int_equal(it.start, 2 * 512 + KVR_SIM_IMAGE_OFFSET);
+    assert_int_equal(it.end, 1200); /* clipped at the prompt end */
+    assert_true(it.mm_hash <= (uint64_t)INT64_MAX);
+    for (size_t p = 0; p < r.n; p++) {
+        bool img = p >= it.start && p < it.end;
+        if (img) {
+            assert_int_equal(r.route[p], KVR_SIM_IMAGE_PLACEHOLDER);
+            assert_true(r.legacy[p] == kvr_pad_value(it.mm_hash));
+            assert_true(r.wide[p] == kvr_sim_wide_pad(it.mm_hash, (unsigned)((p - it.start) % 4)));
+            assert_true(r.wide[p] >= (1ULL << 32));
+        } else {
+            assert_true(r.route[p] < KVR_TEXT_TOKEN_LIMIT);
+            assert_true(r.legacy[p] == r.route[p] && r.wide[p] == r.route[p]);
+        }
+    }
+    kvr_sim_request_free(&r);
+    kvr_sim_workload_free(&wl);
+    /* mm_share 0: text only. */
+    assert_int_equal(kvr_sim_workload_init(&wl, &t, 0.0, 3), 0);
+    assert_int_equal(kvr_sim_workload_build(&wl, 0, &r), 0);
+    assert_int_equal(r.n_items, 0);
+    kvr_sim_request_free(&r);
+    kvr_sim_workload_free(&wl);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sglang_store_evict),
+        cmocka_unit_test(test_vllm_store_evict),
+        cmocka_unit_test(test_hicache_moves_evicted_to_cpu),
+        cmocka_unit_test(test_kimi_wide_tokens),
+        cmocka_unit_test(test_eagle_bigrams),
+        cmocka_unit_test(test_replay_answers),
+        cmocka_unit_test(test_workload_multimodal_forms),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
