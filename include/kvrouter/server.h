@@ -1,0 +1,55 @@
+/* The kvrouter service (SPEC §7): HTTP API over libmicrohttpd, the worker
+ * registry, ZeroMQ sources, peer recovery from /dump. `kvrouter serve` is a
+ * thin CLI around this; tests start it in-process. */
+#ifndef KVROUTER_SERVER_H
+#define KVROUTER_SERVER_H
+
+#include "kvrouter/route.h"
+#include "kvrouter/source.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kvr_server kvr_server;
+
+#define KVR_DEFAULT_LISTEN_ADDR "127.0.0.1"
+#define KVR_DEFAULT_PORT 8090
+#define KVR_DEFAULT_MAX_BODY (8u << 20)
+
+typedef struct {
+    const char *listen_addr;   /* NULL -> 127.0.0.1 */
+    int port;                  /* 0 -> ephemeral (see kvr_server_port); -1 -> 8090 */
+    size_t max_body;           /* 0 -> 8 MiB; larger bodies get 413 */
+    unsigned http_threads;     /* 0 -> 2 */
+    const char *const *peers;  /* base URLs whose /dump is loaded before listening */
+    size_t n_peers;
+    kvr_source_config source;  /* zeros -> defaults */
+    kvr_router_config router;  /* filled by kvr_server_config_default */
+    /* JSON array of /register objects registered before listeners start
+     * (borrowed; NULL for none). */
+    const char *workers_json;
+} kvr_server_config;
+
+void kvr_server_config_default(kvr_server_config *cfg);
+
+/* Starts everything; NULL on failure (message in err). */
+kvr_server *kvr_server_start(const kvr_server_config *cfg, char *err, size_t err_len);
+/* Bound HTTP port. */
+int kvr_server_port(const kvr_server *srv);
+void kvr_server_stop(kvr_server *srv);
+
+/* Register one worker as POST /register would; returns the HTTP status and
+ * sets *reply (caller json_decref's) when reply != NULL. body is a JSON
+ * object text. Used by the CLI for --workers / --config. */
+int kvr_server_register_json(kvr_server *srv, const char *body, char *err, size_t err_len);
+
+/* Peer recovery: load one /dump body (JSON lines or a JSON array of store
+ * records). Returns the number of records applied, -1 on a parse error. */
+long kvr_server_load_dump(kvr_server *srv, const char *text, size_t len, char *err,
+                          size_t err_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

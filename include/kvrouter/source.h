@@ -1,0 +1,106 @@
+/* ZeroMQ sources (SPEC §2): one SUB socket per registered (worker, dp_rank),
+ * one ingest thread polling them all, per-rank sequence cursors with gap
+ * replay through a DEALER, and every counter /workers and /metrics show.
+ *
+ * Threading: every mutation of the indexer (apply, clear, register,
+ * unregister, load) happens on the ingest thread, so the indexer never sees
+ * two writers. Other threads get there through kvr_source_run(), which runs a
+ * function on the ingest thread between messages and waits for it. */
+#ifndef KVROUTER_SOURCE_H
+#define KVROUTER_SOURCE_H
+
+#include "kvrouter/indexer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kvr_source kvr_source;
+
+typedef struct {
+    uint32_t replay_timeout_ms; /* 0 -> 2000 */
+    int rcv_hwm;                /* 0 -> 100000 */
+    int64_t max_msg_size;       /* 0 -> 64 MiB; larger messages disconnect the peer */
+    uint32_t poll_ms;           /* 0 -> 20 */
+    uint32_t max_buffered;      /* live messages held during a replay; 0 -> 65536 */
+} kvr_source_config;
+
+typedef enum {
+    KVR_LISTENER_CONNECTING = 0, /* no message yet */
+    KVR_LISTENER_LIVE = 1,
+    KVR_LISTENER_REPLAYING = 2,
+    KVR_LISTENER_STATE_COUNT
+} kvr_listener_state;
+
+const char *kvr_listener_state_name(kvr_listener_state s);
+
+/* Counters of one (worker, socket rank). */
+typedef struct {
+    uint64_t batches;          /* batches applied */
+    uint64_t events_stored, events_removed, events_cleared, events_dropped;
+    uint64_t blocks_stored, blocks_removed;
+    uint64_t seq_gaps;
+    uint64_t lost_batches;     /* gaps that no replay covered */
+    uint64_t replays_ok, replays_failed;
+    uint64_t replayed_batches;
+    uint64_t duplicates_skipped;
+    uint64_t restarts;
+    uint64_t rank_clears;      /* clears forced by failed replays or restarts */
+    uint64_t bad_frames;
+    uint64_t malformed_batches;
+    uint64_t messages;         /* live messages received (any shape) */
+} kvr_source_counters;
+
+#define KVR_ENDPOINT_MAX 512
+typedef struct {
+    uint64_t worker_id;
+    uint32_t dp_rank;
+    char endpoint[KVR_ENDPOINT_MAX];
+    char replay_endpoint[KVR_ENDPOINT_MAX]; /* "" when none */
+    char topic[KVR_NAME_MAX];
+    kvr_listener_state state;
+    bool has_seq;
+    uint64_t last_seq;
+    double seconds_since_last_event; /* -1 when nothing arrived yet */
+    kvr_source_counters c;
+} kvr_listener_info;
+
+void kvr_source_config_default(kvr_source_config *cfg);
+
+/* Creates the source and starts its ingest thread. NULL on failure. */
+kvr_source *kvr_source_create(kvr_indexer *ix, const kvr_source_config *cfg);
+/* Stops the thread, closes every socket. The indexer is left alone. */
+void kvr_source_destroy(kvr_source *src);
+
+/* Runs fn(src, arg) on the ingest thread and waits for it. Inside fn, and
+ * only there, the kvr_source_listen/unlisten/listeners calls below and any
+ * indexer mutation are allowed. Returns 0, or -1 if the thread is gone. */
+typedef void (*kvr_source_fn)(kvr_source *src, void *arg);
+int kvr_source_run(kvr_source *src, kvr_source_fn fn, void *arg);
+
+/* Inside kvr_source_run. Starts (or, when endpoint/topic/replay changed,
+ * restarts) the listener of (w, rank). Returns 1 created, 0 unchanged,
+ * 2 restarted, -1 on error (bad endpoint: nothing changed). */
+int kvr_source_listen(kvr_source *src, kvr_worker *w, uint64_t worker_id, uint32_t rank,
+                      const char *endpoint, const char *replay_endpoint, const char *topic);
+/* Inside kvr_source_run. Stops the listener of (w, rank), or every listener
+ * of w when rank == UINT32_MAX. Returns how many were stopped. */
+size_t kvr_source_unlisten(kvr_source *src, kvr_worker *w, uint32_t rank);
+/* Inside kvr_source_run. Forget the cursors of w's listeners (after its
+ * state was reset): the next message starts over, replaying from 0 when a
+ * replay endpoint is known. */
+void kvr_source_reset_cursors(kvr_source *src, kvr_worker *w);
+/* Inside kvr_source_run. Snapshot of w's listeners (all when w == NULL).
+ * Returns the count; writes at most cap. */
+size_t kvr_source_listeners(kvr_source *src, kvr_worker *w, kvr_listener_info *out, size_t cap);
+/* Inside kvr_source_run. Number of listeners of w (all when w == NULL). */
+size_t kvr_source_count(kvr_source *src, kvr_worker *w);
+
+kvr_indexer *kvr_source_indexer(kvr_source *src);
+/* Monotonic clock in seconds (the time base of every source timer). */
+double kvr_source_now(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

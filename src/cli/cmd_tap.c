@@ -1,0 +1,131 @@
+/* kvrouter tap ENDPOINT [--topic T] [--count N]: subscribe to an engine's
+ * KV event PUB socket and print every decoded event as a JSON line with its
+ * sequence number. The first thing to run when routing shows zero overlap. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <zmq.h>
+
+#include "cli/commands.h"
+#include "cli/decode_json.h"
+#include "kvrouter/wire.h"
+
+static volatile sig_atomic_t tap_stop;
+static void on_signal(int sig)
+{
+    (void)sig;
+    tap_stop = 1;
+}
+
+/* The `decode` line of one event with "seq" as its first key: the shared
+ * printer writes to a memory stream and the seq is spliced in after '{'. */
+static void print_event(const kvr_batch *b, const kvr_raw_event *ev, uint64_t seq)
+{
+    char *line = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&line, &len);
+    if (!m)
+        return;
+    kvr_decode_json_event(m, b, ev);
+    fclose(m);
+    if (len > 1 && line[0] == '{')
+        printf("{\"seq\":%llu,%s", (unsigned long long)seq, line + 1);
+    free(line);
+}
+
+static int usage(FILE *out)
+{
+    fprintf(out, "usage: kvrouter tap ENDPOINT [--topic T] [--count N]\n"
+                 "  ENDPOINT  engine KV event publisher, e.g. tcp://127.0.0.1:5557\n"
+                 "  --topic   subscribe to this topic prefix (default: everything)\n"
+                 "  --count   exit after N messages\n");
+    return out == stdout ? 0 : 2;
+}
+
+int kvr_cmd_tap(int argc, char **argv)
+{
+    const char *endpoint = NULL, *topic = "";
+    long long count = -1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+            return usage(stdout);
+        if (strcmp(argv[i], "--topic") == 0 && i + 1 < argc)
+            topic = argv[++i];
+        else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc)
+            count = atoll(argv[++i]);
+        else if (argv[i][0] != '-' && !endpoint)
+            endpoint = argv[i];
+        else {
+            fprintf(stderr, "kvrouter tap: unexpected argument '%s'\n", argv[i]);
+            return usage(stderr);
+        }
+    }
+    if (!endpoint)
+        return usage(stderr);
+    void *ctx = zmq_ctx_new();
+    void *sub = zmq_socket(ctx, ZMQ_SUB);
+    int hwm = 100000, zero = 0;
+    zmq_setsockopt(sub, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(sub, ZMQ_LINGER, &zero, sizeof zero);
+    if (zmq_setsockopt(sub, ZMQ_SUBSCRIBE, topic, strlen(topic)) != 0 ||
+        zmq_connect(sub, endpoint) != 0) {
+        fprintf(stderr, "kvrouter tap: cannot connect to '%s': %s\n", endpoint,
+                zmq_strerror(zmq_errno()));
+        zmq_close(sub);
+        zmq_ctx_term(ctx);
+        return 1;
+    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    fprintf(stderr, "kvrouter tap: subscribed to %s (topic \"%s\")\n", endpoint, topic);
+    kvr_batch b;
+    kvr_batch_init(&b);
+    long long seen = 0;
+    while (!tap_stop && (count < 0 || seen < count)) {
+        zmq_pollitem_t it = {.socket = sub, .events = ZMQ_POLLIN};
+        if (zmq_poll(&it, 1, 200) <= 0)
+            continue;
+        zmq_msg_t f[3];
+        size_t n = 0;
+        int more = 1;
+        while (more) {
+            zmq_msg_t m;
+            zmq_msg_init(&m);
+            if (zmq_msg_recv(&m, sub, 0) < 0) {
+                zmq_msg_close(&m);
+                break;
+            }
+            more = zmq_msg_more(&m);
+            if (n < 3)
+                f[n] = m;
+            else
+                zmq_msg_close(&m);
+            n++;
+        }
+        seen++;
+        uint64_t seq = 0;
+        kvr_frame_error fe =
+            kvr_frame_parse(n, n >= 2 ? zmq_msg_data(&f[1]) : NULL, n >= 2 ? zmq_msg_size(&f[1]) : 0,
+                            &seq);
+        if (fe != KVR_FRAME_OK) {
+            printf("{\"error\":\"%s\",\"frames\":%zu}\n", kvr_frame_error_name(fe), n);
+        } else {
+            kvr_batch_error be = kvr_batch_decode(&b, zmq_msg_data(&f[2]), zmq_msg_size(&f[2]));
+            if (be != KVR_BATCH_OK)
+                printf("{\"seq\":%llu,\"error\":\"%s\"}\n", (unsigned long long)seq,
+                       kvr_batch_error_name(be));
+            else
+                for (uint32_t i = 0; i < b.n_events; i++)
+                    print_event(&b, &b.events[i], seq);
+        }
+        fflush(stdout);
+        for (size_t i = 0; i < n && i < 3; i++)
+            zmq_msg_close(&f[i]);
+    }
+    kvr_batch_free(&b);
+    zmq_close(sub);
+    zmq_ctx_term(ctx);
+    return 0;
+}

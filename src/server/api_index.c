@@ -1,0 +1,157 @@
+/* POST /query_by_hash, GET /dump, GET /health. */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/json_util.h"
+#include "server/scores_json.h"
+#include "server/server_internal.h"
+
+#define KVR_MAX_QUERY_HASHES (1u << 20)
+
+static pthread_key_t ctx_key;
+static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
+
+static void ctx_free(void *p) { kvr_match_ctx_destroy(p); }
+static void ctx_key_init(void) { pthread_key_create(&ctx_key, ctx_free); }
+
+/* One match scratch per HTTP thread, freed when the thread exits. */
+static kvr_match_ctx *thread_ctx(void)
+{
+    pthread_once(&ctx_once, ctx_key_init);
+    kvr_match_ctx *c = pthread_getspecific(ctx_key);
+    if (!c) {
+        c = kvr_match_ctx_create();
+        if (c)
+            pthread_setspecific(ctx_key, c);
+    }
+    return c;
+}
+
+void kvr_api_query_by_hash(kvr_server *srv, json_t *body, kvr_api_reply *reply)
+{
+    kvr_json_err e = {{0}};
+    const char *model = NULL, *group = KVR_DEFAULT_ROUTING_GROUP;
+    if (!kvr_json_get_str(body, "model_name", true, true, KVR_NAME_MAX, &model, &e) ||
+        !kvr_json_get_str(body, "routing_group", false, true, KVR_NAME_MAX, &group, &e)) {
+        kvr_api_error(reply, 400, "%s", e.msg);
+        return;
+    }
+    json_t *arr = json_object_get(body, "block_hashes");
+    if (!arr) {
+        kvr_api_error(reply, 400, "missing field 'block_hashes'");
+        return;
+    }
+    if (!json_is_array(arr)) {
+        kvr_api_error(reply, 400, "field 'block_hashes' must be an array of u64");
+        return;
+    }
+    size_t n = json_array_size(arr);
+    if (n > KVR_MAX_QUERY_HASHES) {
+        kvr_api_error(reply, 400, "field 'block_hashes' has more than %u entries",
+                      KVR_MAX_QUERY_HASHES);
+        return;
+    }
+    uint64_t *hashes = malloc((n ? n : 1) * sizeof *hashes);
+    if (!hashes) {
+        kvr_api_error(reply, 500, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!kvr_json_u64(json_array_get(arr, i), true, &hashes[i])) {
+            kvr_api_error(reply, 400,
+                          "field 'block_hashes[%zu]' must be a 64-bit integer or decimal string",
+                          i);
+            free(hashes);
+            return;
+        }
+    if (!kvr_indexer_index(srv->ix, model, group)) {
+        kvr_api_error(reply, 404, "field 'model_name': unknown model '%s' (routing_group '%s')",
+                      model, group);
+        free(hashes);
+        return;
+    }
+    uint32_t bs = kvr_indexer_block_size(srv->ix, model, group);
+    kvr_match_ctx *ctx = thread_ctx();
+    const kvr_match_entry *m = NULL;
+    size_t k = ctx ? kvr_indexer_match_hashes(srv->ix, model, group, ctx, hashes, n, &m) : 0;
+    free(hashes);
+    kvr_score_row *rows = malloc((k ? k : 1) * sizeof *rows);
+    if (!rows) {
+        kvr_api_error(reply, 500, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < k; i++)
+        rows[i] = (kvr_score_row){m[i].worker_id, m[i].dp_rank, m[i].gpu_blocks,
+                                  m[i].cpu_blocks, m[i].disk_blocks};
+    reply->body = kvr_scores_json(rows, k, bs);
+    free(rows);
+    reply->status = reply->body ? 200 : 500;
+}
+
+typedef struct {
+    kvr_sbuf buf;
+    bool array;
+    size_t n;
+} dump_ctx;
+
+static void dump_one(void *user, const char *model, const char *group, const kvr_dump_store *ev)
+{
+    dump_ctx *d = user;
+    kvr_sbuf *b = &d->buf;
+    if (d->array)
+        kvr_sbuf_append(b, d->n ? ",\n" : "\n", d->n ? 2 : 1);
+    kvr_sbuf_append(b, "{\"model\":", 9);
+    kvr_sbuf_json_str(b, model);
+    kvr_sbuf_append(b, ",\"group\":", 9);
+    kvr_sbuf_json_str(b, group);
+    kvr_sbuf_printf(b, ",\"worker\":\"%" PRIu64 "\",\"rank\":%" PRIu32 ",\"tier\":\"%s\",",
+                    ev->worker_id, ev->dp_rank, kvr_tier_name(ev->tier));
+    if (ev->has_parent)
+        kvr_sbuf_printf(b, "\"parent\":\"%" PRIu64 "\",\"blocks\":[", ev->parent);
+    else
+        kvr_sbuf_append(b, "\"parent\":null,\"blocks\":[", 24);
+    for (size_t i = 0; i < ev->n; i++)
+        kvr_sbuf_printf(b, "%s[\"%" PRIu64 "\",\"%" PRIu64 "\"]", i ? "," : "",
+                        ev->engine_hashes[i], ev->local_hashes[i]);
+    kvr_sbuf_append(b, d->array ? "]}" : "]}\n", d->array ? 2 : 3);
+    d->n++;
+}
+
+void kvr_api_dump(kvr_server *srv, json_t *body, kvr_api_reply *reply)
+{
+    const char *fmt = json_string_value(json_object_get(body, "format"));
+    dump_ctx d;
+    memset(&d, 0, sizeof d);
+    if (fmt && strcmp(fmt, "array") != 0 && strcmp(fmt, "lines") != 0) {
+        kvr_api_error(reply, 400, "argument 'format' must be \"lines\" or \"array\"");
+        return;
+    }
+    d.array = fmt && strcmp(fmt, "array") == 0;
+    kvr_sbuf_append(&d.buf, "", 0);
+    if (d.array)
+        kvr_sbuf_append(&d.buf, "[", 1);
+    kvr_indexer_dump(srv->ix, dump_one, &d);
+    if (d.array)
+        kvr_sbuf_append(&d.buf, "\n]\n", 3);
+    if (d.buf.failed || !d.buf.data) {
+        free(d.buf.data);
+        kvr_api_error(reply, 500, "out of memory building the dump");
+        return;
+    }
+    reply->status = 200;
+    reply->text = d.buf.data;
+    reply->content_type = d.array ? "application/json" : "application/x-ndjson";
+}
+
+void kvr_api_health(kvr_server *srv, json_t *body, kvr_api_reply *reply)
+{
+    (void)body;
+    reply->status = 200;
+    reply->body = json_pack("{s:s,s:f,s:I}", "status", "ok", "uptime_seconds",
+                            kvr_source_now() - srv->started_at, "workers",
+                            (json_int_t)kvr_indexer_list(srv->ix, NULL, NULL, NULL, 0));
+}

@@ -1,0 +1,268 @@
+/* HTTP core: libmicrohttpd daemon, body accumulation with a size limit,
+ * dispatch table (method + path -> handler), JSON replies, latency
+ * histograms per endpoint. */
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "server/server_internal.h"
+
+/* Route-layer handlers (/query, /route, /prefill_done, /free) live in
+ * api_route.c; a NULL handler in the table answers 501. */
+
+const double kvr_lat_bounds[KVR_LAT_BUCKETS] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025,
+                                                 0.005,  0.01,    0.025,  0.05,  0.1,
+                                                 0.25,   0.5,     1.0,    5.0};
+
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    bool too_large;
+} req_ctx;
+
+void kvr_api_error(kvr_api_reply *reply, int status, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    reply->status = status;
+    json_decref(reply->body);
+    reply->body = json_pack("{s:s}", "error", msg);
+}
+
+static void add_endpoint(kvr_server *srv, const char *method, const char *path, kvr_api_fn fn)
+{
+    kvr_endpoint *e = &srv->endpoints[srv->n_endpoints++];
+    e->method = method;
+    e->path = path;
+    e->fn = fn;
+}
+
+void kvr_http_init_endpoints(kvr_server *srv)
+{
+    add_endpoint(srv, "POST", "/register", kvr_api_register);
+    add_endpoint(srv, "POST", "/unregister", kvr_api_unregister);
+    add_endpoint(srv, "GET", "/workers", kvr_api_workers);
+    add_endpoint(srv, "POST", "/query", kvr_api_query);
+    add_endpoint(srv, "POST", "/query_by_hash", kvr_api_query_by_hash);
+    add_endpoint(srv, "POST", "/route", kvr_api_route);
+    add_endpoint(srv, "POST", "/prefill_done", kvr_api_prefill_done);
+    add_endpoint(srv, "POST", "/free", kvr_api_free);
+    add_endpoint(srv, "GET", "/dump", kvr_api_dump);
+    add_endpoint(srv, "GET", "/health", kvr_api_health);
+    add_endpoint(srv, "GET", "/metrics", kvr_api_metrics);
+}
+
+static void observe(kvr_endpoint *e, double secs, int status)
+{
+    atomic_fetch_add_explicit(&e->count, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&e->sum_us, (uint64_t)(secs * 1e6), memory_order_relaxed);
+    size_t b = 0;
+    while (b < KVR_LAT_BUCKETS && secs > kvr_lat_bounds[b])
+        b++;
+    if (b < KVR_LAT_BUCKETS)
+        atomic_fetch_add_explicit(&e->buckets[b], 1, memory_order_relaxed);
+    if (status >= 400 && status < 500)
+        atomic_fetch_add_explicit(&e->status_4xx, 1, memory_order_relaxed);
+    else if (status >= 500)
+        atomic_fetch_add_explicit(&e->status_5xx, 1, memory_order_relaxed);
+}
+
+static enum MHD_Result send_reply(struct MHD_Connection *conn, kvr_api_reply *reply)
+{
+    char *text = reply->text;
+    const char *ctype = reply->content_type;
+    if (!text) {
+        if (!reply->body)
+            reply->body = json_object();
+        text = json_dumps(reply->body, JSON_COMPACT);
+        ctype = "application/json";
+        if (!text) {
+            text = strdup("{\"error\":\"out of memory\"}");
+            reply->status = 500;
+        }
+    }
+    reply->text = NULL;
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(text ? strlen(text) : 0, text, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            ctype ? ctype : "application/json");
+    enum MHD_Result r = MHD_queue_response(conn, (unsigned)reply->status, resp);
+    MHD_destroy_response(resp);
+    return r;
+}
+
+static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value)
+{
+    (void)kind;
+    json_object_set_new(cls, key, json_string(value ? value : ""));
+    return MHD_YES;
+}
+
+static void dispatch(kvr_server *srv, struct MHD_Connection *conn, const char *url,
+                     const char *method, req_ctx *rc, kvr_api_reply *reply)
+{
+    kvr_endpoint *match = NULL;
+    bool path_known = false;
+    for (size_t i = 0; i < srv->n_endpoints; i++) {
+        if (strcmp(srv->endpoints[i].path, url) != 0)
+            continue;
+        path_known = true;
+        if (strcmp(srv->endpoints[i].method, method) == 0)
+            match = &srv->endpoints[i];
+    }
+    if (!path_known) {
+        atomic_fetch_add(&srv->requests_404, 1);
+        kvr_api_error(reply, 404, "no endpoint %s", url);
+        return;
+    }
+    if (!match) {
+        kvr_api_error(reply, 405, "method %s not allowed on %s", method, url);
+        return;
+    }
+    double t0 = kvr_source_now();
+    if (rc->too_large) {
+        atomic_fetch_add(&srv->requests_413, 1);
+        kvr_api_error(reply, 413, "request body larger than the limit of %zu bytes",
+                      srv->max_body);
+    } else if (!match->fn) {
+        kvr_api_error(reply, 501, "%s is not built into this server", url);
+    } else {
+        json_t *body = NULL;
+        if (strcmp(method, "POST") == 0) {
+            json_error_t jerr;
+            body = json_loadb(rc->buf ? rc->buf : "", rc->len, JSON_REJECT_DUPLICATES, &jerr);
+            if (!body) {
+                kvr_api_error(reply, 400, "malformed JSON body: %s (line %d, column %d)",
+                              jerr.text, jerr.line, jerr.column);
+            } else if (!json_is_object(body)) {
+                kvr_api_error(reply, 400, "request body must be a JSON object");
+                json_decref(body);
+                body = NULL;
+            }
+        } else {
+            /* GET handlers take their query arguments as a flat object. */
+            body = json_object();
+            MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_arg, body);
+        }
+        if (body) {
+            reply->status = 200;
+            match->fn(srv, body, reply);
+            json_decref(body);
+        }
+    }
+    observe(match, kvr_source_now() - t0, reply->status);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    (void)version;
+    kvr_server *srv = cls;
+    req_ctx *rc = *con_cls;
+    if (!rc) {
+        rc = calloc(1, sizeof *rc);
+        if (!rc)
+            return MHD_NO;
+        const char *cl =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > srv->max_body)
+            rc->too_large = true;
+        *con_cls = rc;
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (rc->too_large || rc->len + n > srv->max_body) {
+            /* Keep reading (and discarding) so the client gets the 413. */
+            rc->too_large = true;
+            free(rc->buf);
+            rc->buf = NULL;
+            rc->len = rc->cap = 0;
+            return MHD_YES;
+        }
+        if (rc->len + n > rc->cap) {
+            size_t cap = rc->cap ? rc->cap : 4096;
+            while (cap < rc->len + n)
+                cap *= 2;
+            char *nb = realloc(rc->buf, cap);
+            if (!nb)
+                return MHD_NO;
+            rc->buf = nb;
+            rc->cap = cap;
+        }
+        memcpy(rc->buf + rc->len, upload_data, n);
+        rc->len += n;
+        return MHD_YES;
+    }
+    kvr_api_reply reply = {0};
+    dispatch(srv, conn, url, method, rc, &reply);
+    enum MHD_Result r = send_reply(conn, &reply);
+    json_decref(reply.body);
+    free(reply.text);
+    return r;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    req_ctx *rc = *con_cls;
+    if (rc) {
+        free(rc->buf);
+        free(rc);
+        *con_cls = NULL;
+    }
+}
+
+int kvr_http_start(kvr_server *srv, const char *addr, int port, unsigned threads, char *err,
+                   size_t err_len)
+{
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1) {
+        snprintf(err, err_len, "listen address '%s' is not an IPv4 address", addr);
+        return -1;
+    }
+    srv->mhd = MHD_start_daemon(
+        MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port, NULL, NULL,
+        on_request, srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(threads ? threads : 2),
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)30, MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_END);
+    if (!srv->mhd) {
+        snprintf(err, err_len, "cannot listen on %s:%d", addr, port);
+        return -1;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    srv->port = info ? info->port : port;
+    return 0;
+}
+
+void kvr_http_stop(kvr_server *srv)
+{
+    if (srv->mhd) {
+        MHD_stop_daemon(srv->mhd);
+        srv->mhd = NULL;
+    }
+}

@@ -1,0 +1,191 @@
+/* Server lifecycle: indexer, router, sources, peer recovery, then HTTP. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/server_internal.h"
+
+/* dump_load.c */
+long kvr_server_fetch_peer(kvr_server *srv, const char *base_url, char *err, size_t err_len);
+
+kvr_indexer *kvr_server_indexer(kvr_server *srv) { return srv->ix; }
+struct kvr_router *kvr_server_router(kvr_server *srv) { return srv->router; }
+int kvr_server_port(const kvr_server *srv) { return srv->port; }
+
+void kvr_server_config_default(kvr_server_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->listen_addr = KVR_DEFAULT_LISTEN_ADDR;
+    cfg->port = KVR_DEFAULT_PORT;
+    cfg->max_body = KVR_DEFAULT_MAX_BODY;
+    cfg->http_threads = 2;
+    kvr_source_config_default(&cfg->source);
+    kvr_router_config_default(&cfg->router);
+}
+
+void kvr_sbuf_append(kvr_sbuf *b, const char *s, size_t n)
+{
+    if (b->failed)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *nd = realloc(b->data, cap);
+        if (!nd) {
+            b->failed = true;
+            return;
+        }
+        b->data = nd;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = 0;
+}
+
+void kvr_sbuf_printf(kvr_sbuf *b, const char *fmt, ...)
+{
+    char small[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n < sizeof small) {
+        kvr_sbuf_append(b, small, (size_t)n);
+        return;
+    }
+    char *big = malloc((size_t)n + 1);
+    if (!big) {
+        b->failed = true;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    kvr_sbuf_append(b, big, (size_t)n);
+    free(big);
+}
+
+void kvr_sbuf_json_str(kvr_sbuf *b, const char *s)
+{
+    json_t *j = json_string(s);
+    char *t = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+    if (t)
+        kvr_sbuf_append(b, t, strlen(t));
+    else
+        b->failed = true;
+    free(t);
+    json_decref(j);
+}
+
+int kvr_server_register_json(kvr_server *srv, const char *body, char *err, size_t err_len)
+{
+    json_error_t jerr;
+    json_t *j = json_loads(body, JSON_REJECT_DUPLICATES, &jerr);
+    if (!j || !json_is_object(j)) {
+        snprintf(err, err_len, "worker registration is not a JSON object: %s", jerr.text);
+        json_decref(j);
+        return 400;
+    }
+    kvr_api_reply reply = {0};
+    reply.status = 200;
+    kvr_api_register(srv, j, &reply);
+    json_decref(j);
+    if (reply.status >= 400) {
+        const char *e = json_string_value(json_object_get(reply.body, "error"));
+        snprintf(err, err_len, "%s", e ? e : "registration failed");
+    } else if (err_len) {
+        err[0] = 0;
+    }
+    json_decref(reply.body);
+    free(reply.text);
+    return reply.status;
+}
+
+static int register_workers(kvr_server *srv, const char *text, char *err, size_t err_len)
+{
+    json_error_t jerr;
+    json_t *arr = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+    if (!arr || !json_is_array(arr)) {
+        snprintf(err, err_len, "workers must be a JSON array: %s", arr ? "" : jerr.text);
+        json_decref(arr);
+        return -1;
+    }
+    size_t i;
+    json_t *w;
+    json_array_foreach(arr, i, w)
+    {
+        char *one = json_dumps(w, JSON_COMPACT | JSON_ENCODE_ANY);
+        char e[300];
+        int st = one ? kvr_server_register_json(srv, one, e, sizeof e) : 500;
+        free(one);
+        if (st >= 400) {
+            snprintf(err, err_len, "workers[%zu]: %s", i, e);
+            json_decref(arr);
+            return -1;
+        }
+    }
+    json_decref(arr);
+    return 0;
+}
+
+kvr_server *kvr_server_start(const kvr_server_config *cfg_in, char *err, size_t err_len)
+{
+    kvr_server_config cfg;
+    if (cfg_in)
+        cfg = *cfg_in;
+    else
+        kvr_server_config_default(&cfg);
+    kvr_server *srv = calloc(1, sizeof *srv);
+    if (!srv) {
+        snprintf(err, err_len, "out of memory");
+        return NULL;
+    }
+    srv->max_body = cfg.max_body ? cfg.max_body : KVR_DEFAULT_MAX_BODY;
+    srv->started_at = kvr_source_now();
+    kvr_http_init_endpoints(srv);
+    srv->ix = kvr_indexer_create();
+    srv->router = srv->ix ? kvr_router_create(srv->ix, &cfg.router) : NULL;
+    srv->src = srv->router ? kvr_source_create(srv->ix, &cfg.source) : NULL;
+    if (!srv->src) {
+        snprintf(err, err_len, "cannot create indexer, router or sources");
+        kvr_server_stop(srv);
+        return NULL;
+    }
+    /* Peers first: their snapshot is the base the live streams continue. */
+    for (size_t i = 0; i < cfg.n_peers; i++) {
+        char e[256];
+        long n = kvr_server_fetch_peer(srv, cfg.peers[i], e, sizeof e);
+        if (n < 0)
+            fprintf(stderr, "kvrouter: peer %s: %s (continuing without it)\n", cfg.peers[i], e);
+        else
+            fprintf(stderr, "kvrouter: peer %s: loaded %ld store records\n", cfg.peers[i], n);
+    }
+    if (cfg.workers_json && register_workers(srv, cfg.workers_json, err, err_len) != 0) {
+        kvr_server_stop(srv);
+        return NULL;
+    }
+    int port = cfg.port < 0 ? KVR_DEFAULT_PORT : cfg.port;
+    if (kvr_http_start(srv, cfg.listen_addr ? cfg.listen_addr : KVR_DEFAULT_LISTEN_ADDR, port,
+                       cfg.http_threads, err, err_len) != 0) {
+        kvr_server_stop(srv);
+        return NULL;
+    }
+    return srv;
+}
+
+void kvr_server_stop(kvr_server *srv)
+{
+    if (!srv)
+        return;
+    kvr_http_stop(srv);
+    kvr_source_destroy(srv->src);
+    kvr_router_destroy(srv->router);
+    kvr_indexer_destroy(srv->ix);
+    free(srv);
+}
