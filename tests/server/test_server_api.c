@@ -1,0 +1,369 @@
+/* HTTP API contract: registry semantics (201/200/reset/409/404), 4xx
+ * answers naming the field, 413, /query and /query_by_hash agreeing, /dump
+ * and peer recovery, /health and /metrics. */
+#include "test_support.h"
+
+#include "kvrouter/server.h"
+#include "net_helpers.h"
+
+#define BS 4
+#define WAIT 3000
+
+typedef struct {
+    kvr_server *srv;
+    char base[64];
+} srv_t;
+
+static void start(srv_t *s, size_t max_body, const char *const *peers, size_t n_peers,
+                  const char *workers_json)
+{
+    kvr_server_config cfg;
+    kvr_server_config_default(&cfg);
+    cfg.port = 0;
+    cfg.max_body = max_body;
+    cfg.peers = peers;
+    cfg.n_peers = n_peers;
+    cfg.workers_json = workers_json;
+    cfg.source.poll_ms = 5;
+    char err[256];
+    s->srv = kvr_server_start(&cfg, err, sizeof err);
+    assert_non_null(s->srv);
+    snprintf(s->base, sizeof s->base, "http://127.0.0.1:%d", kvr_server_port(s->srv));
+}
+
+static long post(const srv_t *s, const char *path, const char *body, char *err_out, size_t cap)
+{
+    long st;
+    json_t *r = th_json("POST", s->base, path, body, &st);
+    const char *e = json_string_value(json_object_get(r, "error"));
+    if (err_out)
+        snprintf(err_out, cap, "%s", e ? e : "");
+    json_decref(r);
+    return st;
+}
+
+static void reg_body(char *out, size_t cap, uint64_t id, const th_engine *e, int bs,
+                     const char *extra)
+{
+    snprintf(out, cap,
+             "{\"instance_id\": %llu, \"endpoint\": \"%s\", \"model_name\": \"m\", "
+             "\"block_size\": %d%s}",
+             (unsigned long long)id, e->endpoint, bs, extra ? extra : "");
+}
+
+static void expect_error(const srv_t *s, const char *path, const char *body, long status,
+                         const char *field)
+{
+    char err[512];
+    long st = post(s, path, body, err, sizeof err);
+    if (st != status || !strstr(err, field))
+        fail_msg("%s %s -> %ld '%s' (want %ld naming '%s')", path, body, st, err, status, field);
+}
+
+static void test_bad_requests_name_the_field(void **state)
+{
+    (void)state;
+    srv_t s;
+    start(&s, 0, NULL, 0, NULL);
+    expect_error(&s, "/register", "{not json", 400, "JSON");
+    expect_error(&s, "/register", "[1,2]", 400, "object");
+    expect_error(&s, "/register", "{\"endpoint\":\"tcp://127.0.0.1:1\",\"model_name\":\"m\","
+                                  "\"block_size\":4}", 400, "instance_id");
+    expect_error(&s, "/register", "{\"instance_id\":-3,\"endpoint\":\"tcp://127.0.0.1:1\","
+                                  "\"model_name\":\"m\",\"block_size\":4}", 400, "instance_id");
+    expect_error(&s, "/register", "{\"instance_id\":1,\"model_name\":\"m\",\"block_size\":4}",
+                 400, "endpoint");
+    expect_error(&s, "/register", "{\"instance_id\":1,\"endpoint\":\"nowhere\","
+                                  "\"model_name\":\"m\",\"block_size\":4}", 400, "endpoint");
+    expect_error(&s, "/register", "{\"instance_id\":1,\"endpoint\":\"tcp://127.0.0.1:1\","
+                                  "\"block_size\":4}", 400, "model_name");
+    expect_error(&s, "/register", "{\"instance_id\":1,\"endpoint\":\"tcp://127.0.0.1:1\","
+                                  "\"model_name\":\"m\",\"block_size\":\"4\"}", 400, "block_size");
+    expect_error(&s, "/register", "{\"instance_id\":1,\"endpoint\":\"tcp://127.0.0.1:1\","
+                                  "\"model_name\":\"m\",\"block_size\":0}", 400, "block_size");
+    expect_error(&s, "/register", "{\"instance_id\":1,\"endpoint\":\"tcp://127.0.0.1:1\","
+                                  "\"model_name\":\"m\",\"block_size\":4,\"mm_identity\":\"x\"}",
+                 400, "mm_identity");
+    expect_error(&s, "/register", "{\"instance_id\":1,\"endpoint\":\"tcp://127.0.0.1:1\","
+                                  "\"model_name\":\"m\",\"block_size\":4,"
+                                  "\"accepts_mm_hashes\":\"yes\"}", 400, "accepts_mm_hashes");
+    expect_error(&s, "/register", "{\"instance_id\":1,\"endpoint\":\"tcp://127.0.0.1:1\","
+                                  "\"model_name\":\"m\",\"block_size\":4,\"dp_rank\":-1}", 400,
+                 "dp_rank");
+    expect_error(&s, "/query_by_hash", "{\"model_name\":\"m\"}", 400, "block_hashes");
+    expect_error(&s, "/query_by_hash", "{\"model_name\":\"m\",\"block_hashes\":[1,\"x\"]}", 400,
+                 "block_hashes[1]");
+    expect_error(&s, "/query_by_hash", "{\"block_hashes\":[1]}", 400, "model_name");
+    expect_error(&s, "/query_by_hash", "{\"model_name\":\"nope\",\"block_hashes\":[1]}", 404,
+                 "model_name");
+    expect_error(&s, "/unregister", "{\"instance_id\":5,\"model_name\":\"m\"}", 404,
+                 "instance_id");
+    expect_error(&s, "/unregister", "{\"model_name\":\"m\"}", 400, "instance_id");
+    /* No registration survived any of that. */
+    json_t *w = th_json("GET", s.base, "/workers", NULL, NULL);
+    assert_int_equal(json_array_size(json_object_get(w, "workers")), 0);
+    json_decref(w);
+    long st;
+    json_decref(th_json("GET", s.base, "/nope", NULL, &st));
+    assert_int_equal(st, 404);
+    json_decref(th_json("GET", s.base, "/register", NULL, &st));
+    assert_int_equal(st, 405);
+    kvr_server_stop(s.srv);
+}
+
+static void test_body_limit_413(void **state)
+{
+    (void)state;
+    srv_t s;
+    start(&s, 1024, NULL, 0, NULL);
+    size_t n = 4096;
+    char *big = malloc(n + 1);
+    memset(big, ' ', n);
+    big[0] = '{';
+    big[n - 1] = '}';
+    big[n] = 0;
+    char url[128];
+    snprintf(url, sizeof url, "%s/query_by_hash", s.base);
+    char *out = NULL;
+    long st = th_http("POST", url, big, n, &out);
+    assert_int_equal(st, 413);
+    assert_non_null(strstr(out, "error"));
+    free(out);
+    free(big);
+    /* Under the limit still works. */
+    long st2;
+    json_decref(th_json("GET", s.base, "/health", NULL, &st2));
+    assert_int_equal(st2, 200);
+    kvr_server_stop(s.srv);
+}
+
+static void test_register_semantics(void **state)
+{
+    (void)state;
+    srv_t s;
+    start(&s, 0, NULL, 0, NULL);
+    th_engine e;
+    th_engine_start(&e);
+    char body[1024];
+    json_t *r;
+    reg_body(body, sizeof body, 1, &e, BS, NULL);
+    assert_int_equal(th_register(s.base, body, &r), 201);
+    assert_string_equal(json_string_value(json_object_get(r, "status")), "created");
+    json_decref(r);
+    assert_true(th_engine_wait_sub(&e, WAIT));
+    uint64_t tokens[8] = {1, 2, 3, 4, 5, 6, 7, 8}, hashes[2] = {11, 12}, local[2];
+    th_local_hashes(tokens, 8, BS, local, 2);
+    kvr_raw_event ev = th_store(hashes, 2, 0, tokens, BS);
+    th_send_events(&e, 0, &ev, 1, true);
+    assert_int_equal(th_wait_score(s.base, "m", local, 2, 1, 0, 2 * BS, WAIT), 2 * BS);
+
+    /* Same settings (explicit defaults included): unchanged, state kept. */
+    reg_body(body, sizeof body, 1, &e, BS,
+             ", \"mm_identity\": \"legacy\", \"routing_group\": \"default\", \"is_eagle\": false");
+    assert_int_equal(th_register(s.base, body, &r), 200);
+    assert_string_equal(json_string_value(json_object_get(r, "status")), "unchanged");
+    assert_true(json_is_false(json_object_get(r, "reset")));
+    json_decref(r);
+    assert_int_equal(th_score(s.base, "m", local, 2, 1, 0), 2 * BS);
+
+    /* Another worker with a different block size in the same group: 409. */
+    th_engine e2;
+    th_engine_start(&e2);
+    char err[512];
+    reg_body(body, sizeof body, 2, &e2, 8, NULL);
+    assert_int_equal(post(&s, "/register", body, err, sizeof err), 409);
+    assert_non_null(strstr(err, "block_size"));
+
+    /* Changed mm_identity: reset, said so, state cleared. */
+    reg_body(body, sizeof body, 1, &e, BS, ", \"mm_identity\": \"engine_wide\"");
+    assert_int_equal(th_register(s.base, body, &r), 200);
+    assert_true(json_is_true(json_object_get(r, "reset")));
+    assert_non_null(json_string_value(json_object_get(r, "message")));
+    assert_string_equal(json_string_value(json_object_get(r, "status")), "reset");
+    json_decref(r);
+    assert_int_equal(th_score(s.base, "m", local, 2, 1, 0), -1);
+    /* The listener kept running: new events still arrive. */
+    th_send_events(&e, 1, &ev, 1, true);
+    assert_int_equal(th_wait_score(s.base, "m", local, 2, 1, 0, 2 * BS, WAIT), 2 * BS);
+
+    /* A second rank of the same worker is a new listener: 201. */
+    snprintf(body, sizeof body,
+             "{\"instance_id\": 1, \"dp_rank\": 1, \"endpoint\": \"%s\", \"model_name\": \"m\", "
+             "\"block_size\": %d, \"mm_identity\": \"engine_wide\"}",
+             e2.endpoint, BS);
+    assert_int_equal(th_register(s.base, body, NULL), 201);
+
+    /* Unregister rank 1 only, then the whole worker. */
+    assert_int_equal(post(&s, "/unregister", "{\"instance_id\":1,\"model_name\":\"m\","
+                                             "\"dp_rank\":1}", NULL, 0), 200);
+    assert_int_equal(th_score(s.base, "m", local, 2, 1, 0), 2 * BS);
+    assert_int_equal(post(&s, "/unregister", "{\"instance_id\":1,\"model_name\":\"m\"}", NULL, 0),
+                     200);
+    assert_int_equal(th_score(s.base, "m", local, 2, 1, 0), -1);
+    assert_int_equal(post(&s, "/unregister", "{\"instance_id\":1,\"model_name\":\"m\"}", NULL, 0),
+                     404);
+    json_t *w = th_json("GET", s.base, "/workers", NULL, NULL);
+    assert_int_equal(json_array_size(json_object_get(w, "workers")), 0);
+    json_decref(w);
+    th_engine_stop(&e2);
+    th_engine_stop(&e);
+    kvr_server_stop(s.srv);
+}
+
+static void test_query_matches_query_by_hash(void **state)
+{
+    (void)state;
+    srv_t s;
+    start(&s, 0, NULL, 0, NULL);
+    th_engine e;
+    th_engine_start(&e);
+    char body[1024];
+    reg_body(body, sizeof body, 3, &e, BS, NULL);
+    assert_int_equal(th_register(s.base, body, NULL), 201);
+    assert_true(th_engine_wait_sub(&e, WAIT));
+    uint64_t tokens[12], hashes[3] = {31, 32, 33}, local[3];
+    for (int i = 0; i < 12; i++)
+        tokens[i] = 40 + (uint64_t)i;
+    th_local_hashes(tokens, 12, BS, local, 3);
+    kvr_raw_event ev = th_store(hashes, 3, 0, tokens, BS);
+    th_send_events(&e, 0, &ev, 1, true);
+    assert_int_equal(th_wait_score(s.base, "m", local, 3, 3, 0, 3 * BS, WAIT), 3 * BS);
+    /* /query with tokens (plus a partial block) gives the same reply body. */
+    json_t *toks = json_array();
+    for (int i = 0; i < 12; i++)
+        json_array_append_new(toks, json_integer((json_int_t)tokens[i]));
+    json_array_append_new(toks, json_integer(999));
+    json_t *q = json_pack("{s:o,s:s}", "token_ids", toks, "model_name", "m");
+    char *qs = json_dumps(q, JSON_COMPACT);
+    long st;
+    json_t *r = th_json("POST", s.base, "/query", qs, &st);
+    assert_int_equal(st, 200);
+    json_t *sc = json_object_get(json_object_get(json_object_get(r, "scores"), "3"), "0");
+    assert_int_equal(json_integer_value(sc), 3 * BS);
+    json_t *inst = json_object_get(json_object_get(r, "instances"), "3");
+    assert_int_equal(json_integer_value(json_object_get(inst, "longest_matched")), 3 * BS);
+    assert_int_equal(json_integer_value(json_object_get(inst, "gpu")), 3 * BS);
+    json_decref(r);
+    free(qs);
+    json_decref(q);
+    /* u64 above 2^63 travels as a decimal string. */
+    json_t *r2 = th_json("POST", s.base, "/query_by_hash",
+                         "{\"model_name\":\"m\",\"block_hashes\":[\"18446744073709551615\"]}", &st);
+    assert_int_equal(st, 200);
+    assert_int_equal(json_object_size(json_object_get(r2, "scores")), 0);
+    json_decref(r2);
+    th_engine_stop(&e);
+    kvr_server_stop(s.srv);
+}
+
+static void test_dump_and_peer_recovery(void **state)
+{
+    (void)state;
+    srv_t a;
+    start(&a, 0, NULL, 0, NULL);
+    th_engine e1, e2;
+    th_engine_start(&e1);
+    th_engine_start(&e2);
+    char body[1024];
+    reg_body(body, sizeof body, 1, &e1, BS, NULL);
+    assert_int_equal(th_register(a.base, body, NULL), 201);
+    reg_body(body, sizeof body, 2, &e2, BS, NULL);
+    assert_int_equal(th_register(a.base, body, NULL), 201);
+    assert_true(th_engine_wait_sub(&e1, WAIT));
+    assert_true(th_engine_wait_sub(&e2, WAIT));
+    uint64_t tokens[16], local[4];
+    for (int i = 0; i < 16; i++)
+        tokens[i] = 70 + (uint64_t)i;
+    th_local_hashes(tokens, 16, BS, local, 4);
+    /* Engine hashes above 2^63 must survive the dump exactly. */
+    uint64_t h1[4] = {UINT64_MAX - 1, UINT64_MAX - 2, UINT64_MAX - 3, UINT64_MAX - 4};
+    kvr_raw_event s1 = th_store(h1, 2, 0, tokens, BS);
+    kvr_raw_event s2 = th_store(h1 + 2, 2, h1[1], tokens + 2 * BS, BS);
+    th_send_events(&e1, 0, &s1, 1, true);
+    th_send_events(&e1, 1, &s2, 1, true);
+    uint64_t h2[1] = {5};
+    kvr_raw_event s3 = th_store(h2, 1, 0, tokens, BS);
+    th_send_events(&e2, 0, &s3, 1, true);
+    assert_int_equal(th_wait_score(a.base, "m", local, 4, 1, 0, 4 * BS, WAIT), 4 * BS);
+    assert_int_equal(th_wait_score(a.base, "m", local, 4, 2, 0, BS, WAIT), BS);
+
+    char url[128], *dump = NULL;
+    snprintf(url, sizeof url, "%s/dump?format=array", a.base);
+    assert_int_equal(th_http("GET", url, NULL, 0, &dump), 200);
+    json_t *arr = json_loads(dump, 0, NULL);
+    assert_true(json_is_array(arr));
+    assert_true(json_array_size(arr) >= 2);
+    assert_non_null(strstr(dump, "\"18446744073709551614\""));
+    json_decref(arr);
+    free(dump);
+
+    /* Server B recovers from A before its own (silent) listeners start. */
+    char workers[1024];
+    snprintf(workers, sizeof workers,
+             "[{\"instance_id\":1,\"endpoint\":\"tcp://127.0.0.1:1\",\"model_name\":\"m\","
+             "\"block_size\":%d}]", BS);
+    const char *peers[1] = {a.base};
+    srv_t b;
+    start(&b, 0, peers, 1, workers);
+    assert_int_equal(th_score(b.base, "m", local, 4, 1, 0), 4 * BS);
+    assert_int_equal(th_score(b.base, "m", local, 4, 2, 0), BS);
+    uint64_t half[2] = {local[0], local[1]};
+    assert_int_equal(th_score(b.base, "m", half, 2, 1, 0), 2 * BS);
+    /* Removal by the engine's handle works on the recovered state too:
+     * the handles came across exactly. */
+    snprintf(url, sizeof url, "%s/dump", b.base);
+    char *dump_b = NULL;
+    assert_int_equal(th_http("GET", url, NULL, 0, &dump_b), 200);
+    assert_non_null(strstr(dump_b, "\"18446744073709551611\""));
+    free(dump_b);
+    kvr_server_stop(b.srv);
+    th_engine_stop(&e1);
+    th_engine_stop(&e2);
+    kvr_server_stop(a.srv);
+}
+
+static void test_health_and_metrics(void **state)
+{
+    (void)state;
+    srv_t s;
+    start(&s, 0, NULL, 0, NULL);
+    th_engine e;
+    th_engine_start(&e);
+    char body[1024];
+    reg_body(body, sizeof body, 9, &e, BS, NULL);
+    assert_int_equal(th_register(s.base, body, NULL), 201);
+    long st;
+    json_t *h = th_json("GET", s.base, "/health", NULL, &st);
+    assert_int_equal(st, 200);
+    assert_string_equal(json_string_value(json_object_get(h, "status")), "ok");
+    json_decref(h);
+    char url[128], *m = NULL;
+    snprintf(url, sizeof url, "%s/metrics", s.base);
+    assert_int_equal(th_http("GET", url, NULL, 0, &m), 200);
+    assert_non_null(strstr(m, "kvr_workers 1\n"));
+    assert_non_null(strstr(m, "kvr_http_request_duration_seconds_count{endpoint=\"/register\"} 1"));
+    assert_non_null(strstr(m, "kvr_drops_total{model=\"m\",group=\"default\",worker=\"9\","
+                              "reason=\"parent_not_found\"} 0"));
+    assert_non_null(strstr(m, "counter=\"mm_blocks_excluded\""));
+    assert_non_null(strstr(m, "kvr_listeners{state=\"connecting\"} 1"));
+    assert_non_null(strstr(m, "kvr_index_bytes{model=\"m\",group=\"default\"}"));
+    free(m);
+    th_engine_stop(&e);
+    kvr_server_stop(s.srv);
+}
+
+int main(void)
+{
+    curl_global_init(CURL_GLOBAL_ALL);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_requests_name_the_field),
+        cmocka_unit_test(test_body_limit_413),
+        cmocka_unit_test(test_register_semantics),
+        cmocka_unit_test(test_query_matches_query_by_hash),
+        cmocka_unit_test(test_dump_and_peer_recovery),
+        cmocka_unit_test(test_health_and_metrics),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_cleanup();
+    return rc;
+}
