@@ -110,53 +110,70 @@ static bool read_rank(const char **cur, kvr_batch *b)
     return true;
 }
 
-static bool key_is(const char *k, uint32_t klen, const char *name)
+/* Decodes the events array at *cur in place (one pass over the payload)
+ * and leaves *cur after it. */
+static kvr_batch_error decode_events(kvr_batch *b, const char **cur)
 {
-    return klen == strlen(name) && memcmp(k, name, klen) == 0;
+    b->n_events = 0;
+    b->n_dropped = 0;
+    if (mp_typeof(**cur) != MP_ARRAY)
+        return KVR_BATCH_BAD_SHAPE;
+    uint32_t n = mp_decode_array(cur);
+    if (n > KVR_WIRE_MAX_EVENTS)
+        return KVR_BATCH_TOO_LARGE;
+    if (!events_reserve(b, n))
+        return KVR_BATCH_NO_MEMORY;
+    size_t used = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!kvr_wire_decode_event(b, cur, i, &used))
+            return KVR_BATCH_NO_MEMORY;
+        b->n_events = i + 1;
+        if (b->events[i].type == KVR_EV_DROPPED)
+            b->n_dropped++;
+    }
+    return KVR_BATCH_OK;
 }
 
-/* Finds ts / events / rank in a map batch; unknown keys are skipped. */
-static kvr_batch_error map_batch(const char **cur, kvr_batch *b, const char **events)
+/* {ts, events, rank}: any order; unknown keys are skipped. */
+static kvr_batch_error map_batch(const char **cur, kvr_batch *b)
 {
     uint32_t n = mp_decode_map(cur);
-    bool has_ts = false;
+    bool has_ts = false, has_events = false;
     for (uint32_t i = 0; i < n; i++) {
-        if (mp_typeof(**cur) != MP_STR) {
+        kvr_str key = {NULL, 0};
+        if (mp_typeof(**cur) == MP_STR)
+            key.ptr = mp_decode_str(cur, &key.len);
+        else
             mp_next(cur);
-            mp_next(cur);
-            continue;
-        }
-        uint32_t klen;
-        const char *k = mp_decode_str(cur, &klen);
-        if (key_is(k, klen, "ts")) {
-            if (!read_ts(cur, &b->ts))
-                return KVR_BATCH_BAD_SHAPE;
-            has_ts = true;
-        } else if (key_is(k, klen, "events")) {
-            *events = *cur;
-            mp_next(cur);
-        } else if (key_is(k, klen, "data_parallel_rank") || key_is(k, klen, "dp_rank") ||
-                   key_is(k, klen, "attn_dp_rank")) {
-            if (!read_rank(cur, b))
-                return KVR_BATCH_BAD_SHAPE;
+        kvr_batch_error err = KVR_BATCH_OK;
+        if (kvr_str_eq(key, "ts")) {
+            has_ts = read_ts(cur, &b->ts);
+            err = has_ts ? KVR_BATCH_OK : KVR_BATCH_BAD_SHAPE;
+        } else if (kvr_str_eq(key, "events")) {
+            err = decode_events(b, cur);
+            has_events = true;
+        } else if (kvr_str_eq(key, "data_parallel_rank") || kvr_str_eq(key, "dp_rank") ||
+                   kvr_str_eq(key, "attn_dp_rank")) {
+            err = read_rank(cur, b) ? KVR_BATCH_OK : KVR_BATCH_BAD_SHAPE;
         } else {
             mp_next(cur);
         }
+        if (err != KVR_BATCH_OK)
+            return err;
     }
-    return has_ts && *events ? KVR_BATCH_OK : KVR_BATCH_BAD_SHAPE;
+    return has_ts && has_events ? KVR_BATCH_OK : KVR_BATCH_BAD_SHAPE;
 }
 
-static kvr_batch_error array_batch(const char **cur, kvr_batch *b, const char **events)
+/* [ts, events(, rank(, ignored...))] */
+static kvr_batch_error array_batch(const char **cur, kvr_batch *b)
 {
     uint32_t n = mp_decode_array(cur);
     if (n < 2 || !read_ts(cur, &b->ts))
         return KVR_BATCH_BAD_SHAPE;
-    *events = *cur;
-    mp_next(cur);
-    if (n >= 3 && !read_rank(cur, b))
-        return KVR_BATCH_BAD_SHAPE;
-    /* extra elements are ignored (validated already, never read) */
-    return KVR_BATCH_OK;
+    kvr_batch_error err = decode_events(b, cur);
+    if (err == KVR_BATCH_OK && n >= 3 && !read_rank(cur, b))
+        err = KVR_BATCH_BAD_SHAPE;
+    return err;
 }
 
 kvr_batch_error kvr_batch_decode(kvr_batch *b, const void *payload, size_t len)
@@ -172,40 +189,17 @@ kvr_batch_error kvr_batch_decode(kvr_batch *b, const void *payload, size_t len)
     kvr_batch_error err = kvr_wire_validate(cur, len);
     if (err != KVR_BATCH_OK)
         return err;
-
-    const char *events = NULL;
-    switch (mp_typeof(*cur)) {
-    case MP_ARRAY:
-        err = array_batch(&cur, b, &events);
-        break;
-    case MP_MAP:
-        err = map_batch(&cur, b, &events);
-        break;
-    default:
-        err = KVR_BATCH_BAD_SHAPE;
-    }
-    if (err == KVR_BATCH_OK && mp_typeof(*events) != MP_ARRAY)
+    if (mp_typeof(*cur) == MP_ARRAY)
+        err = array_batch(&cur, b);
+    else if (mp_typeof(*cur) == MP_MAP)
+        err = map_batch(&cur, b);
+    else
         err = KVR_BATCH_BAD_SHAPE;
     if (err != KVR_BATCH_OK) {
+        /* a batch applies whole or not at all */
         b->has_dp_rank = false;
-        return err;
+        b->n_events = 0;
+        b->n_dropped = 0;
     }
-
-    uint32_t n = mp_decode_array(&events);
-    if (n > KVR_WIRE_MAX_EVENTS)
-        return KVR_BATCH_TOO_LARGE;
-    if (!events_reserve(b, n))
-        return KVR_BATCH_NO_MEMORY;
-    size_t used = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        if (!kvr_wire_decode_event(b, &events, i, &used)) {
-            b->n_events = 0;
-            b->n_dropped = 0;
-            return KVR_BATCH_NO_MEMORY;
-        }
-        b->n_events = i + 1;
-        if (b->events[i].type == KVR_EV_DROPPED)
-            b->n_dropped++;
-    }
-    return KVR_BATCH_OK;
+    return err;
 }

@@ -5,6 +5,39 @@
 #include <msgpuck.h>
 #include <stdint.h>
 
+/* Checks one scalar lies inside [*cur, end) and steps over it. msgpuck's
+ * per-type checks are inline; they cover the values a batch is made of, and
+ * mp_check (one header + body for a scalar) takes the rest. */
+static bool scalar_fits(const char **cur, const char *end, enum mp_type t)
+{
+    const char *p = *cur;
+    switch (t) {
+    case MP_UINT:
+        if (mp_check_uint(p, end) > 0)
+            return false;
+        break;
+    case MP_INT:
+        if (mp_check_int(p, end) > 0)
+            return false;
+        break;
+    case MP_NIL:
+        break; /* one byte, and p < end */
+    case MP_STR: {
+        if (mp_check_strl(p, end) > 0)
+            return false;
+        uint32_t len = mp_decode_strl(&p);
+        if (len > (size_t)(end - p))
+            return false;
+        *cur = p + len;
+        return true;
+    }
+    default:
+        return mp_check(cur, end) == 0;
+    }
+    mp_next(cur);
+    return true;
+}
+
 kvr_batch_error kvr_wire_validate(const char *p, size_t len)
 {
     /* msgpuck counts pending elements in an int; keep every count it can
@@ -51,10 +84,8 @@ kvr_batch_error kvr_wire_validate(const char *p, size_t len)
             if (depth + 1 > KVR_WIRE_MAX_DEPTH)
                 return KVR_BATCH_TOO_LARGE;
             left[++depth] = n;
-        } else {
-            /* a scalar: mp_check on it reads exactly one header + body */
-            if (mp_check(&cur, end) != 0)
-                return KVR_BATCH_INVALID_MSGPACK;
+        } else if (!scalar_fits(&cur, end, t)) {
+            return KVR_BATCH_INVALID_MSGPACK;
         }
     }
 }

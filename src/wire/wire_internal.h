@@ -26,6 +26,41 @@ bool kvr_wire_u64_reserve(kvr_batch *b, size_t used, size_t extra, uint32_t n_li
  * sensible was read and *p is unspecified. */
 bool kvr_wire_read_uint(const char **p, uint64_t max, uint64_t *out);
 
+/* Fields of a BlockStored / BlockRemoved event, whatever its encoding. */
+enum kvr_wire_field {
+    KVR_F_HASHES,
+    KVR_F_PARENT,
+    KVR_F_TOKENS,
+    KVR_F_BLOCK_SIZE,
+    KVR_F_LORA_ID,
+    KVR_F_MEDIUM,
+    KVR_F_POS7, /* lora_name string or SGLang metadata map */
+    KVR_F_EXTRA_KEYS,
+    KVR_F_GROUP_IDX,
+    KVR_F_SPEC_KIND,
+    KVR_F_SLIDING,
+    KVR_F_LOCALITY,
+    KVR_F_CACHE_SALT, /* map events only: top-level keys */
+    KVR_F_SESSION_ID,
+    KVR_F_COUNT
+};
+
+/* State of the event being decoded into b->events[index]. */
+typedef struct {
+    kvr_batch *b;
+    uint32_t index;
+    size_t *used;       /* u64s of b->u64_buf in use */
+    kvr_raw_event *ev;
+    kvr_str top_salt;   /* top-level map keys, applied last: they win */
+    kvr_str top_session;
+    bool oom;
+} kvr_wire_event_ctx;
+
+/* Decodes field f of the event from *p and advances *p past it on success.
+ * On failure returns the drop reason and *p is unspecified. */
+kvr_drop_reason kvr_wire_read_field(kvr_wire_event_ctx *c, enum kvr_wire_field f,
+                                    const char **p);
+
 /* Decodes one event (a tagged array or a map) at *cur into b->events[index],
  * appending its hashes and tokens to b->u64_buf at *u64_used, and advances
  * *cur past the event (the payload must have passed kvr_wire_validate).
