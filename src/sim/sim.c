@@ -417,6 +417,8 @@ int kvr_sim_run(const kvr_sim_config *cfg, const kvr_sim_workload *wl, kvr_sim_p
             goto done;
         }
         size_t slot = (size_t)w;
+        if (cfg->choices)
+            cfg->choices[i] = (uint32_t)slot;
         kvr_sim_hit hit;
         if (kvr_sim_engine_serve(s.eng[slot], engine_tokens(&s, slot), s.req.n, &hit) != 0) {
             snprintf(err, errlen, "engine %zu failed on request %zu", slot, i);

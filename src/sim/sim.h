@@ -55,6 +55,7 @@ typedef struct {
     unsigned sync_every;    /* kvrouter: wait for the router to apply events every N requests */
     int sync_timeout_ms;
     FILE *log;              /* progress lines, or NULL */
+    uint32_t *choices;      /* optional: the slot chosen for each request (tests) */
 } kvr_sim_config;
 
 void kvr_sim_config_defaults(kvr_sim_config *c);

@@ -1,0 +1,249 @@
+/* Baseline policies and the virtual-time model of `kvrouter sim`. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_support.h"
+
+#include "sim/approx_tree.h"
+#include "sim/sim.h"
+
+typedef struct {
+    kvr_trace trace;
+    uint64_t ids[64][4];
+} mini_trace;
+
+/* n requests, request i at t_ms[i] with distinct content unless shared. */
+static void mini(mini_trace *m, size_t n, const double *t_ms, const uint32_t *osl,
+                 uint32_t input_len, bool shared)
+{
+    memset(m, 0, sizeof *m);
+    m->trace.reqs = calloc(n, sizeof *m->trace.reqs);
+    assert_non_null(m->trace.reqs);
+    m->trace.n = n;
+    for (size_t i = 0; i < n; i++) {
+        kvr_trace_request *r = &m->trace.reqs[i];
+        for (int k = 0; k < 4; k++)
+            m->ids[i][k] = shared ? (uint64_t)k : 1000 * (i + 1) + (uint64_t)k;
+        r->hash_ids = m->ids[i];
+        r->n_hash_ids = 4;
+        r->timestamp_ms = t_ms ? t_ms[i] : 0;
+        r->input_length = input_len;
+        r->output_length = osl ? osl[i] : 10;
+    }
+}
+
+static void base_config(kvr_sim_config *c, size_t engines)
+{
+    kvr_sim_config_defaults(c);
+    c->engines = engines;
+    c->capacity = 4096;
+}
+
+static void test_round_robin_cycles(void **state)
+{
+    (void)state;
+    mini_trace m;
+    mini(&m, 10, NULL, NULL, 600, false);
+    kvr_sim_workload wl;
+    assert_int_equal(kvr_sim_workload_init(&wl, &m.trace, 0, 1), 0);
+    kvr_sim_config c;
+    base_config(&c, 4);
+    uint32_t choices[10];
+    c.choices = choices;
+    kvr_sim_result r;
+    char err[256];
+    assert_int_equal(kvr_sim_run(&c, &wl, KVR_SIM_ROUND_ROBIN, &r, err, sizeof err), 0);
+    for (uint32_t i = 0; i < 10; i++)
+        assert_int_equal(choices[i], i % 4);
+    assert_int_equal(r.requests, 10);
+    /* 3,3,2,2 requests per worker: max/mean = 3 / 2.5 */
+    assert_true(fabs(r.max_mean_load - 1.2) < 1e-9);
+    kvr_sim_workload_free(&wl);
+    free(m.trace.reqs);
+}
+
+static void test_least_loaded_picks_least_loaded(void **state)
+{
+    (void)state;
+    /* Four long requests at t=0 fill the four workers; the one on worker 1
+     * finishes quickly, so the request at t=100 s must go there. */
+    double t[6] = {0, 0, 0, 0, 100000, 100000};
+    uint32_t osl[6] = {1000000, 1, 1000000, 1000000, 1000000, 1000000};
+    mini_trace m;
+    mini(&m, 6, t, osl, 600, false);
+    kvr_sim_workload wl;
+    assert_int_equal(kvr_sim_workload_init(&wl, &m.trace, 0, 1), 0);
+    kvr_sim_config c;
+    base_config(&c, 4);
+    uint32_t choices[6];
+    c.choices = choices;
+    kvr_sim_result r;
+    char err[256];
+    assert_int_equal(kvr_sim_run(&c, &wl, KVR_SIM_LEAST_LOADED, &r, err, sizeof err), 0);
+    assert_int_equal(choices[0], 0);
+    assert_int_equal(choices[1], 1);
+    assert_int_equal(choices[2], 2);
+    assert_int_equal(choices[3], 3);
+    assert_int_equal(choices[4], 1);
+    assert_int_not_equal(choices[5], 1); /* worker 1 is busy again: a tie among the others */
+    kvr_sim_workload_free(&wl);
+    free(m.trace.reqs);
+}
+
+static void test_random_is_seeded(void **state)
+{
+    (void)state;
+    mini_trace m;
+    mini(&m, 40, NULL, NULL, 600, false);
+    kvr_sim_workload wl;
+    assert_int_equal(kvr_sim_workload_init(&wl, &m.trace, 0, 1), 0);
+    kvr_sim_config c;
+    base_config(&c, 4);
+    uint32_t a[40], b[40];
+    kvr_sim_result r;
+    char err[256];
+    c.choices = a;
+    assert_int_equal(kvr_sim_run(&c, &wl, KVR_SIM_RANDOM, &r, err, sizeof err), 0);
+    c.choices = b;
+    assert_int_equal(kvr_sim_run(&c, &wl, KVR_SIM_RANDOM, &r, err, sizeof err), 0);
+    assert_memory_equal(a, b, sizeof a);
+    bool used[4] = {0};
+    for (int i = 0; i < 40; i++) {
+        assert_true(a[i] < 4);
+        used[a[i]] = true;
+    }
+    assert_true(used[0] && used[1] && used[2] && used[3]);
+    kvr_sim_workload_free(&wl);
+    free(m.trace.reqs);
+}
+
+/* Two identical 1000-token prompts at t=0 on one engine: the second reuses
+ * 62 whole blocks (992 tokens), waits for the first prefill (1000 tokens at
+ * 20000 tok/s = 50 ms) and prefills 8 tokens (0.4 ms). */
+static void test_hit_and_ttft_accounting(void **state)
+{
+    (void)state;
+    mini_trace m;
+    mini(&m, 2, NULL, NULL, 1000, true);
+    kvr_sim_workload wl;
+    assert_int_equal(kvr_sim_workload_init(&wl, &m.trace, 0, 1), 0);
+    kvr_sim_config c;
+    base_config(&c, 1);
+    kvr_sim_result r;
+    char err[256];
+    assert_int_equal(kvr_sim_run(&c, &wl, KVR_SIM_ROUND_ROBIN, &r, err, sizeof err), 0);
+    assert_int_equal(r.prompt_tokens, 2000);
+    assert_int_equal(r.reused_tokens, 992);
+    assert_true(fabs(r.hit_rate - 0.496) < 1e-12);
+    assert_true(fabs(r.ttft_p50_ms - 50.0) < 1e-6);
+    assert_true(fabs(r.ttft_p99_ms - 50.4) < 1e-6);
+    assert_true(fabs(r.max_mean_load - 1.0) < 1e-12);
+    kvr_sim_workload_free(&wl);
+    free(m.trace.reqs);
+}
+
+static void test_approx_tree_rules(void **state)
+{
+    (void)state;
+    kvr_sim_approx *a = kvr_sim_approx_create(4);
+    assert_non_null(a);
+    uint32_t p[320], q[320];
+    for (int i = 0; i < 320; i++) {
+        p[i] = (uint32_t)i + 1;
+        q[i] = (uint32_t)i + 50000;
+    }
+    uint32_t load[4] = {3, 2, 5, 4};
+    assert_int_equal(kvr_sim_approx_insert(a, 2, p, 320), 0);
+    assert_int_equal(kvr_sim_approx_match(a, 2, p, 320), 320);
+    assert_int_equal(kvr_sim_approx_match(a, 0, p, 320), 0);
+    /* Best match above 0.3 of the prompt wins despite a higher load. */
+    assert_int_equal(kvr_sim_approx_pick(a, p, 320, load), 2);
+    /* Only 80 of 320 tokens shared (0.25): least loaded instead. */
+    uint32_t mix[320];
+    memcpy(mix, p, 80 * sizeof *mix);
+    memcpy(mix + 80, q, 240 * sizeof *mix);
+    assert_int_equal(kvr_sim_approx_match(a, 2, mix, 320), 80);
+    assert_int_equal(kvr_sim_approx_pick(a, mix, 320, load), 1);
+    /* No match: least loaded. */
+    assert_int_equal(kvr_sim_approx_pick(a, q, 320, load), 1);
+    /* Imbalance guard: 100 - 10 > 64 and 100 > 1.5 * 10: least loaded. */
+    uint32_t skew[4] = {40, 30, 100, 10};
+    assert_int_equal(kvr_sim_approx_pick(a, p, 320, skew), 3);
+    /* Under either threshold the match wins. */
+    uint32_t abs_ok[4] = {40, 30, 70, 10}; /* 70 - 10 = 60 <= 64 */
+    assert_int_equal(kvr_sim_approx_pick(a, p, 320, abs_ok), 2);
+    uint32_t rel_ok[4] = {100, 100, 140, 95}; /* 140 <= 1.5 * 95 */
+    assert_int_equal(kvr_sim_approx_pick(a, p, 320, rel_ok), 2);
+    kvr_sim_approx_destroy(a);
+}
+
+/* On a real trace slice with small caches, the oracle's hit rate bounds
+ * every baseline's, and every rate is a fraction. */
+static void test_oracle_bounds_baselines(void **state)
+{
+    (void)state;
+    kvr_trace t;
+    char err[256];
+    assert_int_equal(kvr_trace_load(kvr_test_path("data/conversation_trace.jsonl"), 300, &t, err,
+                                    sizeof err),
+                     0);
+    kvr_sim_workload wl;
+    assert_int_equal(kvr_sim_workload_init(&wl, &t, 0, 1), 0);
+    kvr_sim_config c;
+    base_config(&c, 4);
+    c.capacity = 512;
+    c.hicache = 256;
+    kvr_sim_result res[KVR_SIM_POLICY_COUNT];
+    for (int p = KVR_SIM_ROUND_ROBIN; p < KVR_SIM_POLICY_COUNT; p++) {
+        assert_int_equal(kvr_sim_run(&c, &wl, (kvr_sim_policy)p, &res[p], err, sizeof err), 0);
+        assert_int_equal(res[p].requests, 300);
+        assert_true(res[p].hit_rate >= 0 && res[p].hit_rate <= 1);
+        assert_true(res[p].gpu_hit_rate <= res[p].hit_rate);
+        assert_true(res[p].max_mean_load >= 1.0);
+        assert_true(res[p].ttft_p50_ms > 0 && res[p].ttft_p50_ms <= res[p].ttft_p99_ms);
+    }
+    for (int p = KVR_SIM_ROUND_ROBIN; p < KVR_SIM_ORACLE; p++)
+        assert_true(res[KVR_SIM_ORACLE].hit_rate >= res[p].hit_rate);
+    /* Conversations come back within these 300 requests (8% of prompt
+     * tokens could be reused); small caches spread round-robin lose them. */
+    assert_true(res[KVR_SIM_ORACLE].hit_rate > 0.05);
+    assert_true(res[KVR_SIM_ORACLE].hit_rate > res[KVR_SIM_ROUND_ROBIN].hit_rate + 0.02);
+    /* Deterministic: the same run again gives the same figures. */
+    kvr_sim_result again;
+    assert_int_equal(kvr_sim_run(&c, &wl, KVR_SIM_APPROX_TREE, &again, err, sizeof err), 0);
+    assert_true(again.hit_rate == res[KVR_SIM_APPROX_TREE].hit_rate);
+    assert_true(again.ttft_p99_ms == res[KVR_SIM_APPROX_TREE].ttft_p99_ms);
+    kvr_sim_workload_free(&wl);
+    kvr_trace_free(&t);
+}
+
+static void test_kimi_share_spreads(void **state)
+{
+    (void)state;
+    kvr_sim_config c;
+    base_config(&c, 8);
+    c.kimi_share = 0.5;
+    int kimi = 0;
+    for (size_t e = 0; e < 8; e++)
+        kimi += kvr_sim_engine_is_kimi(&c, e);
+    assert_int_equal(kimi, 4);
+    assert_false(kvr_sim_engine_is_kimi(&c, 0));
+    assert_true(kvr_sim_engine_is_kimi(&c, 1));
+    c.kimi_share = 0;
+    assert_false(kvr_sim_engine_is_kimi(&c, 3));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_robin_cycles),
+        cmocka_unit_test(test_least_loaded_picks_least_loaded),
+        cmocka_unit_test(test_random_is_seeded),
+        cmocka_unit_test(test_hit_and_ttft_accounting),
+        cmocka_unit_test(test_approx_tree_rules),
+        cmocka_unit_test(test_oracle_bounds_baselines),
+        cmocka_unit_test(test_kimi_share_spreads),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
