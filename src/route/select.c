@@ -46,6 +46,7 @@ static size_t filter_candidates(const kvr_route_request *req, kvr_query_result *
             continue;
         q->entries[n++] = *e;
     }
+    q->n_entries = n;
     if (n == 0) {
         if (!worker_seen)
             snprintf(q->error, sizeof q->error,
