@@ -1,0 +1,488 @@
+/* Prefix index mutations (SPEC §6): owners, store, remove, clear, subtree
+ * reclamation, stats. Layout in tree_internal.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "index/tree_internal.h"
+
+#define CHILD_MIN 16u
+#define STACK_MIN 64u
+
+/* ---- node array and child table ---- */
+
+static int sync_nodes(kvr_index *idx)
+{
+    uint32_t cap = idx->node_ids.cap;
+    if (cap == idx->nodes_cap)
+        return 0;
+    kvr_node *n = realloc(idx->nodes, (size_t)cap * sizeof *n);
+    if (!n)
+        return cap < idx->nodes_cap ? 0 : -1; /* a failed shrink keeps the larger array */
+    idx->nodes = n;
+    idx->nodes_cap = cap;
+    return 0;
+}
+
+static void child_place(uint64_t *t, uint32_t cap, uint64_t h, uint32_t id)
+{
+    uint32_t mask = cap - 1;
+    uint32_t i = (uint32_t)h & mask;
+    while (t[i])
+        i = (i + 1) & mask;
+    t[i] = (h >> 32) << 32 | id;
+}
+
+static int child_resize(kvr_index *idx, uint32_t cap)
+{
+    uint64_t *t = NULL;
+    if (cap) {
+        t = calloc(cap, sizeof *t);
+        if (!t)
+            return -1;
+        for (uint32_t i = 0; i < idx->child_cap; i++) {
+            uint32_t id = (uint32_t)idx->child[i];
+            if (id)
+                child_place(t, cap, kvr_child_hash(idx->nodes[id].parent, idx->nodes[id].local),
+                            id);
+        }
+    }
+    free(idx->child);
+    idx->child = t;
+    idx->child_cap = cap;
+    return 0;
+}
+
+static int child_insert(kvr_index *idx, uint32_t id)
+{
+    /* max load 3/4: most lookups during a match hit, stores mostly miss */
+    if ((idx->child_len + 1) * 4 > idx->child_cap * 3 &&
+        child_resize(idx, idx->child_cap ? idx->child_cap * 2 : CHILD_MIN) < 0)
+        return -1;
+    const kvr_node *nd = &idx->nodes[id];
+    child_place(idx->child, idx->child_cap, kvr_child_hash(nd->parent, nd->local), id);
+    idx->child_len++;
+    return 0;
+}
+
+static void child_delete(kvr_index *idx, uint32_t id)
+{
+    uint32_t mask = idx->child_cap - 1;
+    const kvr_node *nd = &idx->nodes[id];
+    uint32_t i = (uint32_t)kvr_child_hash(nd->parent, nd->local) & mask;
+    while ((uint32_t)idx->child[i] != id)
+        i = (i + 1) & mask;
+    uint32_t hole = i;
+    for (uint32_t j = (i + 1) & mask; idx->child[j]; j = (j + 1) & mask) {
+        const kvr_node *m = &idx->nodes[(uint32_t)idx->child[j]];
+        uint32_t h = (uint32_t)kvr_child_hash(m->parent, m->local) & mask;
+        if (!kvr_probe_stays(hole, j, h)) {
+            idx->child[hole] = idx->child[j];
+            hole = j;
+        }
+    }
+    idx->child[hole] = 0;
+    idx->child_len--;
+    if (idx->child_len == 0)
+        child_resize(idx, 0);
+    else if (idx->child_cap > CHILD_MIN && idx->child_len * 8 < idx->child_cap)
+        child_resize(idx, idx->child_cap / 2); /* on OOM keep the larger table */
+}
+
+/* A new node under parent with no owners yet: the caller gives it one. */
+static uint32_t node_new(kvr_index *idx, uint32_t parent, uint64_t local, uint64_t engine)
+{
+    uint32_t id = kvr_ids_get(&idx->node_ids);
+    if (id == UINT32_MAX)
+        return KVR_NIL;
+    if (sync_nodes(idx) < 0) {
+        kvr_ids_put(&idx->node_ids, id);
+        return KVR_NIL;
+    }
+    kvr_node *nd = &idx->nodes[id];
+    *nd = (kvr_node){.local = local, .engine = engine, .parent = parent};
+    if (child_insert(idx, id) < 0) {
+        kvr_ids_put(&idx->node_ids, id);
+        sync_nodes(idx);
+        return KVR_NIL;
+    }
+    kvr_node *p = &idx->nodes[parent];
+    nd->next = p->first_child;
+    if (p->first_child)
+        idx->nodes[p->first_child].prev = id;
+    p->first_child = id;
+    return id;
+}
+
+static void node_unlink(kvr_index *idx, uint32_t id)
+{
+    kvr_node *nd = &idx->nodes[id];
+    if (nd->prev)
+        idx->nodes[nd->prev].next = nd->next;
+    else
+        idx->nodes[nd->parent].first_child = nd->next;
+    if (nd->next)
+        idx->nodes[nd->next].prev = nd->prev;
+}
+
+/* Frees a node that holds no owner and has no child (the common case: an
+ * evicted leaf). */
+static void node_release(kvr_index *idx, uint32_t id)
+{
+    child_delete(idx, id);
+    idx->nodes[id].set = KVR_OSET_EMPTY;
+    kvr_ids_put(&idx->node_ids, id);
+    sync_nodes(idx);
+}
+
+static void drop_ownership_count(kvr_index *idx, uint32_t owner)
+{
+    idx->ownerships--;
+    idx->owners[owner].blocks--;
+}
+
+/* Node `top` lost its last owner: it and its whole subtree are unreachable
+ * by any match. Free them, dropping the handles other owners hold into the
+ * subtree, so nothing leaks and a later store under such a handle is a
+ * parent_not_found like any unknown parent. */
+static void reclaim(kvr_index *idx, uint32_t top)
+{
+    node_unlink(idx, top);
+    if (!idx->nodes[top].first_child) {
+        node_release(idx, top);
+        return;
+    }
+    size_t sp = 0;
+    idx->stack[sp++] = top;
+    while (sp) {
+        uint32_t x = idx->stack[--sp];
+        for (uint32_t c = idx->nodes[x].first_child; c; c = idx->nodes[c].next) {
+            if (sp == idx->stack_cap) {
+                uint32_t *ns = realloc(idx->stack, idx->stack_cap * 2 * sizeof *ns);
+                if (!ns)
+                    abort(); /* cannot leave a half-freed subtree behind */
+                idx->stack = ns;
+                idx->stack_cap *= 2;
+            }
+            idx->stack[sp++] = c;
+        }
+        uint32_t set = idx->nodes[x].set;
+        if (set != KVR_OSET_EMPTY) {
+            const kvr_oset *o = kvr_osets_get(&idx->sets, set);
+            const uint32_t *e = kvr_oset_entries(o);
+            for (uint32_t i = 0; i < o->len; i++) {
+                uint32_t owner = kvr_oset_owner(e[i]);
+                uint64_t h = kvr_tree_handle(idx, owner, x, e[i]);
+                kvr_handles *hm = &idx->owners[owner].handles;
+                if (kvr_handles_get(hm, h) == x)
+                    kvr_handles_del(hm, h);
+                if (e[i] & KVR_OSET_EXC)
+                    kvr_u64map_del(&idx->exc, (uint64_t)owner << 32 | x, NULL);
+                drop_ownership_count(idx, owner);
+            }
+            kvr_osets_unref(&idx->sets, set);
+        }
+        node_release(idx, x);
+    }
+    if (idx->stack_cap > STACK_MIN * 16) {
+        uint32_t *ns = realloc(idx->stack, STACK_MIN * sizeof *ns);
+        if (ns) {
+            idx->stack = ns;
+            idx->stack_cap = STACK_MIN;
+        }
+    }
+}
+
+/* Replaces the owner's entry of node (new_entry 0: the owner leaves it).
+ * Returns false on OOM (nothing changed). */
+static bool set_entry(kvr_index *idx, uint32_t node, uint32_t owner, uint32_t new_entry)
+{
+    uint32_t s = kvr_osets_apply(&idx->sets, idx->nodes[node].set, owner, new_entry);
+    if (s == UINT32_MAX)
+        return false;
+    idx->nodes[node].set = s;
+    return true;
+}
+
+/* The owner leaves node entirely (handle h, entry its current entry). */
+static void detach(kvr_index *idx, uint32_t owner, uint32_t node, uint64_t h, uint32_t entry)
+{
+    kvr_handles_del(&idx->owners[owner].handles, h);
+    if (entry & KVR_OSET_EXC)
+        kvr_u64map_del(&idx->exc, (uint64_t)owner << 32 | node, NULL);
+    drop_ownership_count(idx, owner);
+    if (!set_entry(idx, node, owner, 0))
+        abort(); /* removing an entry only needs memory when creating the smaller set */
+    if (idx->nodes[node].set == KVR_OSET_EMPTY)
+        reclaim(idx, node);
+}
+
+/* ---- lifecycle and owners ---- */
+
+kvr_index *kvr_index_create(void)
+{
+    kvr_index *idx = calloc(1, sizeof *idx);
+    if (!idx)
+        return NULL;
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+    /* matches must not starve event ingestion, and vice versa each call is short */
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&idx->lock, &attr);
+    pthread_rwlockattr_destroy(&attr);
+    kvr_ids_init(&idx->node_ids);
+    kvr_u64map_init(&idx->by_worker);
+    kvr_u64map_init(&idx->exc);
+    idx->stack = malloc(STACK_MIN * sizeof *idx->stack);
+    idx->stack_cap = STACK_MIN;
+    if (!idx->stack || kvr_osets_init(&idx->sets) < 0 ||
+        kvr_ids_get(&idx->node_ids) != KVR_ROOT || sync_nodes(idx) < 0) {
+        kvr_index_destroy(idx);
+        return NULL;
+    }
+    memset(&idx->nodes[KVR_ROOT], 0, sizeof(kvr_node));
+    return idx;
+}
+
+void kvr_index_destroy(kvr_index *idx)
+{
+    if (!idx)
+        return;
+    for (uint32_t i = 0; i < idx->n_owners; i++)
+        kvr_handles_free(&idx->owners[i].handles);
+    free(idx->owners);
+    free(idx->nodes);
+    free(idx->child);
+    free(idx->stack);
+    kvr_ids_free(&idx->node_ids);
+    kvr_osets_free(&idx->sets);
+    kvr_u64map_free(&idx->by_worker);
+    kvr_u64map_free(&idx->exc);
+    pthread_rwlock_destroy(&idx->lock);
+    free(idx);
+}
+
+static kvr_owner find_owner_locked(kvr_index *idx, uint64_t worker_id, uint32_t dp_rank)
+{
+    uint64_t first;
+    if (!kvr_u64map_get(&idx->by_worker, worker_id, &first))
+        return KVR_OWNER_NONE;
+    for (uint32_t o = (uint32_t)first; o != KVR_OWNER_NONE; o = idx->owners[o].next_rank)
+        if (idx->owners[o].dp_rank == dp_rank)
+            return o;
+    return KVR_OWNER_NONE;
+}
+
+kvr_owner kvr_index_find_owner(kvr_index *idx, uint64_t worker_id, uint32_t dp_rank)
+{
+    pthread_rwlock_rdlock(&idx->lock);
+    kvr_owner o = find_owner_locked(idx, worker_id, dp_rank);
+    pthread_rwlock_unlock(&idx->lock);
+    return o;
+}
+
+kvr_owner kvr_index_owner(kvr_index *idx, uint64_t worker_id, uint32_t dp_rank)
+{
+    pthread_rwlock_wrlock(&idx->lock);
+    kvr_owner o = find_owner_locked(idx, worker_id, dp_rank);
+    if (o != KVR_OWNER_NONE || idx->n_owners > KVR_OSET_MAX_OWNER)
+        goto out;
+    if (idx->n_owners == idx->owners_cap) {
+        uint32_t ncap = idx->owners_cap ? idx->owners_cap * 2 : 16;
+        kvr_owner_rec *n = realloc(idx->owners, (size_t)ncap * sizeof *n);
+        if (!n)
+            goto out;
+        idx->owners = n;
+        idx->owners_cap = ncap;
+    }
+    if (kvr_osets_reserve(&idx->sets, idx->n_owners + 1) < 0)
+        goto out;
+    uint64_t first;
+    bool known = kvr_u64map_get(&idx->by_worker, worker_id, &first);
+    uint32_t id = idx->n_owners;
+    if (kvr_u64map_put(&idx->by_worker, worker_id, id) < 0)
+        goto out;
+    kvr_owner_rec *r = &idx->owners[id];
+    memset(r, 0, sizeof *r);
+    r->worker_id = worker_id;
+    r->dp_rank = dp_rank;
+    r->next_rank = known ? (uint32_t)first : KVR_OWNER_NONE;
+    kvr_handles_init(&r->handles);
+    idx->n_owners++;
+    o = id;
+out:
+    pthread_rwlock_unlock(&idx->lock);
+    return o;
+}
+
+/* ---- events ---- */
+
+/* Applies block (e, l) of a store below cur; returns the node now holding
+ * it, or KVR_NIL when the chain cannot continue. */
+static uint32_t store_block(kvr_index *idx, uint32_t owner, uint32_t bit, uint32_t cur,
+                            uint64_t e, uint64_t l)
+{
+    kvr_handles *hm = &idx->owners[owner].handles;
+    uint32_t child = kvr_tree_child(idx, cur, l);
+    uint32_t old = kvr_handles_get(hm, e);
+    if (old != KVR_HANDLE_NONE && old != child) {
+        /* The engine reuses a hash for other content: the newest store wins.
+         * Leaving the old node can reclaim a subtree holding cur (when the
+         * hash was an ancestor's): then the rest of the chain has no parent. */
+        detach(idx, owner, old, e, kvr_osets_find(&idx->sets, idx->nodes[old].set, owner));
+        if (cur != KVR_ROOT && !kvr_ids_used(&idx->node_ids, cur))
+            return KVR_NIL;
+        if (cur != KVR_ROOT && idx->nodes[cur].set == KVR_OSET_EMPTY)
+            return KVR_NIL;
+        child = kvr_tree_child(idx, cur, l);
+    }
+    bool created = false;
+    if (child == KVR_NIL) {
+        child = node_new(idx, cur, l, e);
+        if (child == KVR_NIL)
+            return KVR_NIL;
+        created = true;
+    }
+    uint32_t entry = created ? 0 : kvr_osets_find(&idx->sets, idx->nodes[child].set, owner);
+    uint32_t tiers = entry & KVR_OSET_TIERS;
+    bool was_exc = entry & KVR_OSET_EXC;
+    if (entry) {
+        uint64_t h = kvr_tree_handle(idx, owner, child, entry);
+        if (h != e) /* same block under a new engine hash: the new one replaces it */
+            kvr_handles_del(hm, h);
+    }
+    bool exc = e != idx->nodes[child].engine;
+    uint64_t exc_key = (uint64_t)owner << 32 | child;
+    if ((exc && kvr_u64map_put(&idx->exc, exc_key, e) < 0) ||
+        kvr_handles_put(hm, e, child) < 0 ||
+        !set_entry(idx, child, owner, kvr_oset_entry(owner, tiers | bit, exc))) {
+        if (created) {
+            node_unlink(idx, child);
+            node_release(idx, child);
+        }
+        return KVR_NIL; /* out of memory: stop the chain here */
+    }
+    if (was_exc && !exc)
+        kvr_u64map_del(&idx->exc, exc_key, NULL);
+    if (!entry) {
+        idx->ownerships++;
+        idx->owners[owner].blocks++;
+    }
+    return child;
+}
+
+kvr_drop_reason kvr_index_store(kvr_index *idx, kvr_owner owner, kvr_tier tier, bool has_parent,
+                                uint64_t parent, const uint64_t *engine_hashes,
+                                const uint64_t *local_hashes, size_t n)
+{
+    if ((unsigned)tier >= KVR_TIER_COUNT)
+        return KVR_DROP_UNKNOWN_TIER;
+    pthread_rwlock_wrlock(&idx->lock);
+    kvr_drop_reason r = KVR_DROP_NONE;
+    if (owner >= idx->n_owners) {
+        r = KVR_DROP_PARENT_NOT_FOUND;
+        goto out;
+    }
+    uint32_t cur = KVR_ROOT;
+    if (has_parent) {
+        cur = kvr_handles_get(&idx->owners[owner].handles, parent);
+        if (cur == KVR_HANDLE_NONE) {
+            r = KVR_DROP_PARENT_NOT_FOUND;
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        cur = store_block(idx, owner, 1u << tier, cur, engine_hashes[i], local_hashes[i]);
+        if (cur == KVR_NIL) {
+            r = KVR_DROP_PARENT_NOT_FOUND;
+            break;
+        }
+    }
+out:
+    pthread_rwlock_unlock(&idx->lock);
+    return r;
+}
+
+size_t kvr_index_remove(kvr_index *idx, kvr_owner owner, kvr_tier tier,
+                        const uint64_t *engine_hashes, size_t n)
+{
+    if ((unsigned)tier >= KVR_TIER_COUNT)
+        return n;
+    pthread_rwlock_wrlock(&idx->lock);
+    size_t unknown = 0;
+    if (owner >= idx->n_owners) {
+        unknown = n;
+        goto out;
+    }
+    uint32_t bit = 1u << tier;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t node = kvr_handles_get(&idx->owners[owner].handles, engine_hashes[i]);
+        uint32_t entry =
+            node == KVR_HANDLE_NONE ? 0 : kvr_osets_find(&idx->sets, idx->nodes[node].set, owner);
+        if (!(entry & bit)) { /* unknown handle, or not held on this tier */
+            unknown++;
+            continue;
+        }
+        if ((entry & KVR_OSET_TIERS) == bit)
+            detach(idx, owner, node, engine_hashes[i], entry);
+        else if (!set_entry(idx, node, owner, entry & ~bit))
+            unknown++;
+    }
+out:
+    pthread_rwlock_unlock(&idx->lock);
+    return unknown;
+}
+
+void kvr_index_clear_owner(kvr_index *idx, kvr_owner owner)
+{
+    pthread_rwlock_wrlock(&idx->lock);
+    if (owner >= idx->n_owners)
+        goto out;
+    kvr_handles *hm = &idx->owners[owner].handles;
+    size_t n = kvr_handles_len(hm), k = 0, it = 0;
+    uint32_t *nodes = malloc((n ? n : 1) * sizeof *nodes);
+    uint64_t key;
+    uint32_t val;
+    if (!nodes)
+        abort(); /* a clear that silently kept state would route to a dead cache */
+    while (kvr_handles_next(hm, &it, &key, &val))
+        nodes[k++] = val;
+    /* Handles go first, so reclamation below finds none of this owner's. */
+    kvr_handles_free(hm);
+    for (size_t i = 0; i < k; i++) {
+        uint32_t x = nodes[i];
+        /* an earlier reclamation may have freed it with its subtree (no
+         * allocation happens here, so a freed id is not reused meanwhile) */
+        if (!kvr_ids_used(&idx->node_ids, x) || idx->nodes[x].set == KVR_OSET_EMPTY)
+            continue;
+        uint32_t entry = kvr_osets_find(&idx->sets, idx->nodes[x].set, owner);
+        if (!entry)
+            continue;
+        if (entry & KVR_OSET_EXC)
+            kvr_u64map_del(&idx->exc, (uint64_t)owner << 32 | x, NULL);
+        drop_ownership_count(idx, owner);
+        if (!set_entry(idx, x, owner, 0))
+            abort();
+        if (idx->nodes[x].set == KVR_OSET_EMPTY)
+            reclaim(idx, x);
+    }
+    free(nodes);
+out:
+    pthread_rwlock_unlock(&idx->lock);
+}
+
+void kvr_index_stats_get(kvr_index *idx, kvr_index_stats *out)
+{
+    pthread_rwlock_rdlock(&idx->lock);
+    size_t bytes = sizeof *idx + (size_t)idx->nodes_cap * sizeof(kvr_node) +
+                   kvr_ids_bytes(&idx->node_ids) + (size_t)idx->child_cap * sizeof(uint64_t) +
+                   kvr_osets_bytes(&idx->sets) + (size_t)idx->owners_cap * sizeof(kvr_owner_rec) +
+                   kvr_u64map_bytes(&idx->by_worker) + kvr_u64map_bytes(&idx->exc) +
+                   idx->stack_cap * sizeof(uint32_t);
+    for (uint32_t i = 0; i < idx->n_owners; i++)
+        bytes += kvr_handles_bytes(&idx->owners[i].handles);
+    out->nodes = idx->node_ids.count - 1;
+    out->ownerships = idx->ownerships;
+    out->owners = idx->n_owners;
+    out->bytes = bytes;
+    pthread_rwlock_unlock(&idx->lock);
+}

@@ -1,0 +1,128 @@
+#include "index/tree_ids.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MIN_CAP 64u
+#define MAX_CAP (1u << 31)
+
+void kvr_ids_init(kvr_ids *a) { memset(a, 0, sizeof *a); }
+
+void kvr_ids_free(kvr_ids *a)
+{
+    free(a->bits);
+    kvr_ids_init(a);
+}
+
+size_t kvr_ids_bytes(const kvr_ids *a)
+{
+    if (!a->bits)
+        return 0;
+    return (size_t)(a->off[a->nlevels - 1] + 1) * sizeof(uint64_t);
+}
+
+static uint32_t words_for(uint32_t n) { return (n + 63) / 64; }
+
+/* Rebuilds the bitmap for new_cap keeping the used bits of ids below it
+ * (the caller guarantees none above). */
+static int rebuild(kvr_ids *a, uint32_t new_cap)
+{
+    uint32_t nw[KVR_IDS_LEVELS], off[KVR_IDS_LEVELS], total = 0;
+    int nl = 0;
+    uint32_t n = new_cap;
+    do {
+        nw[nl] = words_for(n);
+        off[nl] = total;
+        total += nw[nl];
+        n = nw[nl];
+        nl++;
+    } while (nw[nl - 1] > 1);
+    uint64_t *bits = calloc(total, sizeof *bits);
+    if (!bits)
+        return -1;
+    if (a->bits) {
+        uint32_t keep = words_for(a->cap < new_cap ? a->cap : new_cap);
+        memcpy(bits, a->bits, keep * sizeof *bits);
+        /* the old padding bits of the last word are not ids any more */
+        if (a->cap < new_cap && a->cap % 64)
+            bits[keep - 1] &= (1ULL << (a->cap % 64)) - 1;
+    }
+    for (int l = 0; l < nl; l++) {
+        uint32_t valid = l == 0 ? new_cap : nw[l - 1];
+        if (valid % 64)
+            bits[off[l] + nw[l] - 1] |= ~0ULL << (valid % 64);
+        if (l + 1 < nl)
+            for (uint32_t w = 0; w < nw[l]; w++)
+                if (bits[off[l] + w] == ~0ULL)
+                    bits[off[l + 1] + w / 64] |= 1ULL << (w % 64);
+    }
+    free(a->bits);
+    a->bits = bits;
+    memcpy(a->off, off, sizeof off);
+    a->nlevels = nl;
+    a->cap = new_cap;
+    return 0;
+}
+
+bool kvr_ids_used(const kvr_ids *a, uint32_t id)
+{
+    return id < a->cap && (a->bits[id / 64] >> (id % 64) & 1);
+}
+
+uint32_t kvr_ids_get(kvr_ids *a)
+{
+    if (a->count == a->cap) {
+        if (a->cap >= MAX_CAP || rebuild(a, a->cap ? a->cap * 2 : MIN_CAP) < 0)
+            return UINT32_MAX;
+    }
+    uint32_t w = 0;
+    for (int l = a->nlevels - 1; l >= 0; l--)
+        w = w * 64 + (uint32_t)__builtin_ctzll(~a->bits[a->off[l] + w]);
+    uint32_t id = w;
+    /* mark used, propagating "full" upward */
+    uint32_t idx = id;
+    for (int l = 0; l < a->nlevels; l++) {
+        uint64_t *word = &a->bits[a->off[l] + idx / 64];
+        *word |= 1ULL << (idx % 64);
+        if (*word != ~0ULL)
+            break;
+        idx /= 64;
+    }
+    a->count++;
+    if (id >= a->top)
+        a->top = id + 1;
+    return id;
+}
+
+void kvr_ids_put(kvr_ids *a, uint32_t id)
+{
+    if (!kvr_ids_used(a, id))
+        return;
+    uint32_t idx = id;
+    for (int l = 0; l < a->nlevels; l++) {
+        uint64_t *word = &a->bits[a->off[l] + idx / 64];
+        bool was_full = *word == ~0ULL;
+        *word &= ~(1ULL << (idx % 64));
+        if (!was_full)
+            break;
+        idx /= 64;
+    }
+    a->count--;
+    if (a->count == 0) {
+        kvr_ids_free(a);
+        return;
+    }
+    if (id + 1 == a->top) {
+        /* find the new highest used id, a word at a time */
+        uint32_t w = (a->top - 1) / 64;
+        uint64_t word = a->bits[w] & (a->top % 64 ? (1ULL << (a->top % 64)) - 1 : ~0ULL);
+        while (word == 0)
+            word = a->bits[--w];
+        a->top = w * 64 + 64 - (uint32_t)__builtin_clzll(word);
+    }
+    uint32_t cap = a->cap;
+    while (cap > MIN_CAP && a->top <= cap / 4)
+        cap /= 2;
+    if (cap != a->cap)
+        rebuild(a, cap); /* on OOM keep the larger bitmap */
+}

@@ -1,0 +1,32 @@
+/* Id allocator that always hands out the lowest free id (a 64-ary bitmap
+ * tree), so live ids stay packed at the bottom and the arrays they index can
+ * shrink back after churn. */
+#ifndef KVR_INDEX_TREE_IDS_H
+#define KVR_INDEX_TREE_IDS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVR_IDS_LEVELS 6
+
+typedef struct {
+    uint64_t *bits; /* levels concatenated, leaves first; a set bit means used (or full) */
+    uint32_t off[KVR_IDS_LEVELS];
+    int nlevels;
+    uint32_t cap;   /* ids live in [0, cap) */
+    uint32_t count; /* ids in use */
+    uint32_t top;   /* 1 + highest id in use, 0 when empty */
+} kvr_ids;
+
+void kvr_ids_init(kvr_ids *a);
+void kvr_ids_free(kvr_ids *a);
+/* Lowest free id; grows cap (doubling) when full. UINT32_MAX on OOM or
+ * exhaustion. Callers compare a->cap with their arrays afterwards. */
+uint32_t kvr_ids_get(kvr_ids *a);
+/* Frees id; may shrink cap when the top three quarters are free. */
+void kvr_ids_put(kvr_ids *a, uint32_t id);
+bool kvr_ids_used(const kvr_ids *a, uint32_t id);
+size_t kvr_ids_bytes(const kvr_ids *a);
+
+#endif

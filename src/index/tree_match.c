@@ -1,0 +1,167 @@
+/* Prefix match (SPEC §6): walk the request's local hashes from the root and
+ * compute, per owner, the gpu run and the reach when cpu, then disk,
+ * continue it.
+ *
+ * Per-owner counters live in a per-thread scratch stamped with an epoch, so
+ * nothing is cleared between matches. Only owners of the first block can
+ * ever have a non-zero reach, and an owner can extend a counter at depth i
+ * only if that counter equals i. When a node's interned owner set is the
+ * same as the previous node's, exactly the counters that advanced there
+ * advance again: such runs are counted and applied in one pass when the set
+ * changes, so a long prefix shared by many workers costs one hash probe per
+ * block, not one step per (block, owner). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "index/tree_internal.h"
+
+#define T_G (1u << KVR_TIER_GPU)
+#define T_C (1u << KVR_TIER_CPU)
+#define T_D (1u << KVR_TIER_DISK)
+
+typedef struct {
+    uint32_t stamp, g, c, d;
+} owner_state;
+
+struct kvr_match_ctx {
+    uint32_t epoch;
+    uint32_t cap;
+    owner_state *st;
+    kvr_match_entry *out;
+    size_t out_cap;
+};
+
+kvr_match_ctx *kvr_match_ctx_create(void) { return calloc(1, sizeof(kvr_match_ctx)); }
+
+void kvr_match_ctx_destroy(kvr_match_ctx *ctx)
+{
+    if (!ctx)
+        return;
+    free(ctx->st);
+    free(ctx->out);
+    free(ctx);
+}
+
+static int ctx_reserve(kvr_match_ctx *ctx, uint32_t owners, size_t out)
+{
+    if (owners > ctx->cap) {
+        uint32_t ncap = owners < 64 ? 64 : owners * 2;
+        owner_state *n = realloc(ctx->st, (size_t)ncap * sizeof *n);
+        if (!n)
+            return -1;
+        memset(n + ctx->cap, 0, (size_t)(ncap - ctx->cap) * sizeof *n);
+        ctx->st = n;
+        ctx->cap = ncap;
+    }
+    if (out > ctx->out_cap) {
+        kvr_match_entry *n = realloc(ctx->out, out * sizeof *n);
+        if (!n)
+            return -1;
+        ctx->out = n;
+        ctx->out_cap = out;
+    }
+    return 0;
+}
+
+/* Counters that advanced at the last explicit depth (value v) advance run
+ * more blocks. */
+static void apply_run(owner_state *st, uint32_t epoch, const kvr_oset *set, uint32_t v,
+                      uint32_t run)
+{
+    const uint32_t *e = kvr_oset_entries(set);
+    for (uint32_t k = 0; k < set->len; k++) {
+        owner_state *s = &st[kvr_oset_owner(e[k])];
+        if (s->stamp != epoch)
+            continue;
+        if (s->d == v)
+            s->d += run;
+        if (s->c == v)
+            s->c += run;
+        if (s->g == v)
+            s->g += run;
+    }
+}
+
+size_t kvr_index_match(kvr_index *idx, kvr_match_ctx *ctx, const uint64_t *local_hashes,
+                       size_t n, const kvr_match_entry **out)
+{
+    *out = ctx->out;
+    if (n == 0)
+        return 0;
+    if (n > UINT32_MAX - 1)
+        n = UINT32_MAX - 1;
+    pthread_rwlock_rdlock(&idx->lock);
+    size_t found = 0;
+    uint32_t first = kvr_tree_child(idx, KVR_ROOT, local_hashes[0]);
+    if (first == KVR_NIL)
+        goto done;
+    uint32_t first_set = idx->nodes[first].set;
+    const kvr_oset *fs = kvr_osets_get(&idx->sets, first_set);
+    if (ctx_reserve(ctx, idx->n_owners, fs->len) < 0)
+        goto done;
+    if (++ctx->epoch == 0) {
+        memset(ctx->st, 0, (size_t)ctx->cap * sizeof *ctx->st);
+        ctx->epoch = 1;
+    }
+    uint32_t epoch = ctx->epoch;
+    owner_state *st = ctx->st;
+    const uint32_t *fe = kvr_oset_entries(fs);
+    bool any = false;
+    for (uint32_t k = 0; k < fs->len; k++) {
+        uint32_t t = fe[k];
+        owner_state *s = &st[kvr_oset_owner(t)];
+        s->stamp = epoch;
+        s->d = (t & (T_G | T_C | T_D)) ? 1 : 0;
+        s->c = (t & (T_G | T_C)) ? 1 : 0;
+        s->g = (t & T_G) ? 1 : 0;
+        any |= s->d;
+    }
+    uint32_t cur = first, prev_set = first_set, explicit_depth = 0, run = 0;
+    for (uint32_t i = 1; any && i < (uint32_t)n; i++) {
+        uint32_t child = kvr_tree_child(idx, cur, local_hashes[i]);
+        if (child == KVR_NIL)
+            break;
+        uint32_t set = idx->nodes[child].set;
+        cur = child;
+        if (set == prev_set) {
+            run++;
+            continue;
+        }
+        if (run) {
+            apply_run(st, epoch, kvr_osets_get(&idx->sets, prev_set), explicit_depth + 1, run);
+            run = 0;
+        }
+        const kvr_oset *o = kvr_osets_get(&idx->sets, set);
+        const uint32_t *e = kvr_oset_entries(o);
+        any = false;
+        for (uint32_t k = 0; k < o->len; k++) {
+            uint32_t t = e[k];
+            owner_state *s = &st[kvr_oset_owner(t)];
+            if (s->stamp != epoch || s->d != i || !(t & (T_G | T_C | T_D)))
+                continue;
+            s->d = i + 1;
+            any = true;
+            if ((t & (T_G | T_C)) && s->c == i) {
+                s->c = i + 1;
+                if ((t & T_G) && s->g == i)
+                    s->g = i + 1;
+            }
+        }
+        prev_set = set;
+        explicit_depth = i;
+    }
+    if (run)
+        apply_run(st, epoch, kvr_osets_get(&idx->sets, prev_set), explicit_depth + 1, run);
+    for (uint32_t k = 0; k < fs->len; k++) {
+        uint32_t owner = kvr_oset_owner(fe[k]);
+        const owner_state *s = &st[owner];
+        if (!s->d)
+            continue;
+        const kvr_owner_rec *r = &idx->owners[owner];
+        ctx->out[found++] = (kvr_match_entry){owner, r->worker_id, r->dp_rank, s->g, s->c, s->d};
+    }
+done:
+    pthread_rwlock_unlock(&idx->lock);
+    *out = ctx->out;
+    return found;
+}

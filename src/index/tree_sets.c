@@ -1,0 +1,271 @@
+#include "index/tree_sets.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/u64map.h"
+
+#define INTERN_MIN 16u
+
+static inline uint64_t entry_hash(uint32_t e) { return kvr_mix64((uint64_t)e + 0x9E3779B97F4A7C15ULL); }
+
+static int grow_sets(kvr_osets *s)
+{
+    if (s->ids.cap == s->sets_cap)
+        return 0;
+    kvr_oset *n = realloc(s->sets, (size_t)s->ids.cap * sizeof *n);
+    if (!n && s->ids.cap)
+        return -1;
+    if (s->ids.cap > s->sets_cap)
+        memset(n + s->sets_cap, 0, (size_t)(s->ids.cap - s->sets_cap) * sizeof *n);
+    s->sets = n;
+    s->sets_cap = s->ids.cap;
+    return 0;
+}
+
+int kvr_osets_init(kvr_osets *s)
+{
+    memset(s, 0, sizeof *s);
+    kvr_ids_init(&s->ids);
+    /* id 0 is the empty set and is never interned */
+    if (kvr_ids_get(&s->ids) != KVR_OSET_EMPTY || grow_sets(s) < 0)
+        return -1;
+    s->sets[0].ref = 1;
+    return 0;
+}
+
+void kvr_osets_free(kvr_osets *s)
+{
+    for (uint32_t i = 1; i < s->sets_cap; i++)
+        if (s->sets[i].ref && s->sets[i].len > 2)
+            free(s->sets[i].e.ext);
+    free(s->sets);
+    free(s->intern);
+    free(s->scratch);
+    kvr_ids_free(&s->ids);
+    memset(s, 0, sizeof *s);
+}
+
+size_t kvr_osets_bytes(const kvr_osets *s)
+{
+    return (size_t)s->sets_cap * sizeof(kvr_oset) + kvr_ids_bytes(&s->ids) +
+           (size_t)s->intern_cap * sizeof(uint32_t) + s->entry_bytes + sizeof s->memo +
+           (size_t)s->scratch_cap * sizeof(uint32_t);
+}
+
+size_t kvr_osets_count(const kvr_osets *s) { return s->ids.count - 1; }
+
+/* Lower bound of owner in the sorted entries. */
+static uint32_t search(const uint32_t *e, uint32_t len, uint32_t owner)
+{
+    uint32_t lo = 0, hi = len;
+    uint32_t key = owner << KVR_OSET_SHIFT;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (e[mid] < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+uint32_t kvr_osets_find(const kvr_osets *s, uint32_t id, uint32_t owner)
+{
+    const kvr_oset *o = &s->sets[id];
+    const uint32_t *e = kvr_oset_entries(o);
+    uint32_t i = search(e, o->len, owner);
+    return i < o->len && kvr_oset_owner(e[i]) == owner ? e[i] : 0;
+}
+
+static int intern_resize(kvr_osets *s, uint32_t cap)
+{
+    uint32_t *t = NULL;
+    if (cap) {
+        t = calloc(cap, sizeof *t);
+        if (!t)
+            return -1;
+        for (uint32_t i = 0; i < s->intern_cap; i++) {
+            uint32_t id = s->intern[i];
+            if (!id)
+                continue;
+            uint32_t j = (uint32_t)s->sets[id].hash & (cap - 1);
+            while (t[j])
+                j = (j + 1) & (cap - 1);
+            t[j] = id;
+        }
+    }
+    free(s->intern);
+    s->intern = t;
+    s->intern_cap = cap;
+    return 0;
+}
+
+static uint32_t intern_find(const kvr_osets *s, uint64_t hash, const uint32_t *e, uint32_t len)
+{
+    if (!s->intern_cap)
+        return 0;
+    uint32_t mask = s->intern_cap - 1;
+    for (uint32_t i = (uint32_t)hash & mask; s->intern[i]; i = (i + 1) & mask) {
+        const kvr_oset *o = &s->sets[s->intern[i]];
+        if (o->hash == hash && o->len == len &&
+            memcmp(kvr_oset_entries(o), e, (size_t)len * sizeof *e) == 0)
+            return s->intern[i];
+    }
+    return 0;
+}
+
+static void intern_del(kvr_osets *s, uint32_t id)
+{
+    uint32_t mask = s->intern_cap - 1;
+    uint32_t i = (uint32_t)s->sets[id].hash & mask;
+    while (s->intern[i] != id)
+        i = (i + 1) & mask;
+    uint32_t hole = i;
+    for (uint32_t j = (i + 1) & mask; s->intern[j]; j = (j + 1) & mask) {
+        uint32_t h = (uint32_t)s->sets[s->intern[j]].hash & mask;
+        if (!kvr_probe_stays(hole, j, h)) {
+            s->intern[hole] = s->intern[j];
+            hole = j;
+        }
+    }
+    s->intern[hole] = 0;
+    s->intern_len--;
+    if (s->intern_len == 0)
+        intern_resize(s, 0);
+    else if (s->intern_cap > INTERN_MIN && s->intern_len * 8 < s->intern_cap)
+        intern_resize(s, s->intern_cap / 2);
+}
+
+static uint32_t create(kvr_osets *s, uint64_t hash, const uint32_t *e, uint32_t len)
+{
+    if ((s->intern_len + 1) * 10 > s->intern_cap * 7 &&
+        intern_resize(s, s->intern_cap ? s->intern_cap * 2 : INTERN_MIN) < 0)
+        return UINT32_MAX;
+    uint32_t *ext = NULL;
+    if (len > 2) {
+        ext = malloc((size_t)len * sizeof *ext);
+        if (!ext)
+            return UINT32_MAX;
+        memcpy(ext, e, (size_t)len * sizeof *e);
+    }
+    uint32_t id = kvr_ids_get(&s->ids);
+    if (id == UINT32_MAX || grow_sets(s) < 0) {
+        if (id != UINT32_MAX)
+            kvr_ids_put(&s->ids, id);
+        free(ext);
+        return UINT32_MAX;
+    }
+    kvr_oset *o = &s->sets[id];
+    o->hash = hash;
+    o->len = len;
+    o->ref = 0;
+    if (ext) {
+        o->e.ext = ext;
+        s->entry_bytes += (size_t)len * sizeof *ext;
+    } else {
+        memcpy(o->e.inl, e, (size_t)len * sizeof *e);
+    }
+    uint32_t mask = s->intern_cap - 1;
+    uint32_t i = (uint32_t)hash & mask;
+    while (s->intern[i])
+        i = (i + 1) & mask;
+    s->intern[i] = id;
+    s->intern_len++;
+    return id;
+}
+
+void kvr_osets_unref(kvr_osets *s, uint32_t id)
+{
+    if (id == KVR_OSET_EMPTY)
+        return;
+    kvr_oset *o = &s->sets[id];
+    if (--o->ref)
+        return;
+    intern_del(s, id);
+    if (o->len > 2) {
+        free(o->e.ext);
+        s->entry_bytes -= (size_t)o->len * sizeof(uint32_t);
+    }
+    uint32_t gen = o->gen + 1;
+    memset(o, 0, sizeof *o);
+    o->gen = gen;
+    kvr_ids_put(&s->ids, id);
+    /* The id allocator may have shrunk: follow it. The generations of the
+     * cut ids are lost with it, so memo entries could validate falsely:
+     * forget them. */
+    if (s->ids.cap < s->sets_cap) {
+        grow_sets(s);
+        memset(s->memo, 0, sizeof s->memo);
+    }
+}
+
+int kvr_osets_reserve(kvr_osets *s, uint32_t max_len)
+{
+    if (s->scratch_cap >= max_len)
+        return 0;
+    uint32_t ncap = s->scratch_cap ? s->scratch_cap : 16;
+    while (ncap < max_len)
+        ncap *= 2;
+    uint32_t *ns = realloc(s->scratch, (size_t)ncap * sizeof *ns);
+    if (!ns)
+        return -1;
+    s->scratch = ns;
+    s->scratch_cap = ncap;
+    return 0;
+}
+
+static uint32_t memo_slot(uint32_t from, uint32_t owner, uint32_t entry)
+{
+    uint64_t k = ((uint64_t)from << 32 | owner) ^ ((uint64_t)entry * 0x9E3779B97F4A7C15ULL);
+    return (uint32_t)kvr_mix64(k) & (KVR_OSET_MEMO - 1);
+}
+
+uint32_t kvr_osets_apply(kvr_osets *s, uint32_t from, uint32_t owner, uint32_t entry)
+{
+    kvr_oset_memo *m = &s->memo[memo_slot(from, owner, entry)];
+    uint32_t to;
+    if (m->from == from && m->owner == owner && m->entry == entry &&
+        m->from_gen == s->sets[from].gen && m->to < s->sets_cap &&
+        (m->to == KVR_OSET_EMPTY || s->sets[m->to].ref) && s->sets[m->to].gen == m->to_gen) {
+        to = m->to;
+    } else {
+        const kvr_oset *o = &s->sets[from];
+        const uint32_t *e = kvr_oset_entries(o);
+        uint32_t len = o->len;
+        uint32_t i = search(e, len, owner);
+        bool present = i < len && kvr_oset_owner(e[i]) == owner;
+        if (s->scratch_cap < len + 1 && kvr_osets_reserve(s, len + 1) < 0)
+            return UINT32_MAX;
+        e = kvr_oset_entries(&s->sets[from]);
+        uint64_t hash = o->hash;
+        uint32_t *out = s->scratch, n = 0;
+        memcpy(out, e, (size_t)i * sizeof *e);
+        n = i;
+        if (present)
+            hash -= entry_hash(e[i]);
+        if (entry) {
+            out[n++] = entry;
+            hash += entry_hash(entry);
+        }
+        uint32_t rest = len - i - (present ? 1 : 0);
+        memcpy(out + n, e + i + (present ? 1 : 0), (size_t)rest * sizeof *e);
+        n += rest;
+        if (n == 0) {
+            to = KVR_OSET_EMPTY;
+        } else {
+            to = intern_find(s, hash, out, n);
+            if (!to) {
+                to = create(s, hash, out, n);
+                if (to == UINT32_MAX)
+                    return UINT32_MAX;
+            }
+        }
+        m = &s->memo[memo_slot(from, owner, entry)];
+        *m = (kvr_oset_memo){from, s->sets[from].gen, owner, entry, to, s->sets[to].gen};
+    }
+    if (to != KVR_OSET_EMPTY)
+        s->sets[to].ref++;
+    kvr_osets_unref(s, from);
+    return to;
+}

@@ -1,0 +1,266 @@
+/* The index against a naive reference (tree_model.h) under random event
+ * streams; dump round trip; matches concurrent with stores. */
+#include "test_support.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvrouter/index.h"
+#include "tree_model.h"
+
+#define OWNERS 6
+#define ALPHA 3
+#define MAXLEN 8
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return *s >> 17;
+}
+
+/* A random path of block symbols; local = 100 + symbol (small values on
+ * purpose: many equal locals at different places in the tree). Engine hash:
+ * a chain over the path, differing per owner for odd owners. */
+static size_t random_path(uint64_t *rng, int owner, uint64_t *loc, uint64_t *eng)
+{
+    size_t n = 1 + rng_next(rng) % MAXLEN;
+    uint64_t chain = 0;
+    for (size_t i = 0; i < n; i++) {
+        loc[i] = 100 + rng_next(rng) % ALPHA;
+        chain = kvr_mix64(chain * 7 + loc[i]);
+        eng[i] = chain ^ (owner % 2 ? 0xABCDEFULL * (uint64_t)(owner + 1) : 0);
+    }
+    return n;
+}
+
+typedef struct {
+    kvr_index *idx;
+    kvr_owner ids[OWNERS];
+} side;
+
+static void compare_matches(kvr_index *idx, const kvr_owner *ids, tm_model *m,
+                            kvr_match_ctx *ctx, const uint64_t *loc, size_t n)
+{
+    uint32_t g[TM_OWNERS], c[TM_OWNERS], d[TM_OWNERS];
+    tm_match(m, loc, n, g, c, d);
+    const kvr_match_entry *r;
+    size_t k = kvr_index_match(idx, ctx, loc, n, &r);
+    size_t want = 0;
+    for (int o = 0; o < OWNERS; o++) {
+        if (!d[o])
+            continue;
+        want++;
+        size_t j = 0;
+        while (j < k && r[j].owner != ids[o])
+            j++;
+        assert_true(j < k);
+        assert_int_equal(r[j].gpu_blocks, g[o]);
+        assert_int_equal(r[j].cpu_blocks, c[o]);
+        assert_int_equal(r[j].disk_blocks, d[o]);
+        assert_int_equal(r[j].worker_id, 1000 + (uint64_t)o / 2);
+        assert_int_equal(r[j].dp_rank, (uint32_t)o % 2);
+    }
+    assert_int_equal(k, want);
+}
+
+static void random_ops(kvr_index *idx, const kvr_owner *ids, tm_model *m, uint64_t seed,
+                       int steps)
+{
+    uint64_t rng = seed;
+    kvr_match_ctx *ctx = kvr_match_ctx_create();
+    for (int step = 0; step < steps; step++) {
+        int o = (int)(rng_next(&rng) % OWNERS);
+        uint64_t loc[MAXLEN], eng[MAXLEN];
+        size_t n = random_path(&rng, o, loc, eng);
+        int op = (int)(rng_next(&rng) % 100);
+        uint32_t tr = (uint32_t)(rng_next(&rng) % 10);
+        int tier = tr < 6 ? 0 : tr < 8 ? 1 : tr < 9 ? 2 : 3;
+        if (op < 50) {
+            size_t k = rng_next(&rng) % n; /* store blocks k.. under block k-1 */
+            kvr_drop_reason r = kvr_index_store(idx, ids[o], (kvr_tier)tier, k > 0,
+                                                k ? eng[k - 1] : 0, eng + k, loc + k, n - k);
+            int mr = tm_store(m, o, tier, k > 0, k ? eng[k - 1] : 0, eng + k, loc + k, n - k);
+            assert_int_equal(r == KVR_DROP_NONE ? 0 : -1, mr);
+        } else if (op < 85) {
+            size_t k = rng_next(&rng) % n;
+            size_t got = kvr_index_remove(idx, ids[o], (kvr_tier)tier, eng + k, n - k);
+            assert_int_equal(got, tm_remove(m, o, tier, eng + k, n - k));
+        } else if (op < 87) {
+            kvr_index_clear_owner(idx, ids[o]);
+            tm_clear(m, o);
+        } else {
+            compare_matches(idx, ids, m, ctx, loc, n);
+        }
+        kvr_index_stats st;
+        kvr_index_stats_get(idx, &st);
+        assert_int_equal(st.ownerships, m->ownerships);
+        assert_int_equal(st.nodes, m->nodes);
+    }
+    kvr_match_ctx_destroy(ctx);
+}
+
+static void make_owners(kvr_index *idx, kvr_owner *ids)
+{
+    for (int o = 0; o < OWNERS; o++)
+        ids[o] = kvr_index_owner(idx, 1000 + (uint64_t)o / 2, (uint32_t)o % 2);
+}
+
+static void test_random_against_model(void **state)
+{
+    (void)state;
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+        kvr_index *idx = kvr_index_create();
+        kvr_owner ids[OWNERS];
+        make_owners(idx, ids);
+        kvr_index_stats base, st;
+        kvr_index_stats_get(idx, &base);
+        tm_model m;
+        tm_init(&m);
+        random_ops(idx, ids, &m, seed, 6000);
+        for (int o = 0; o < OWNERS; o++) {
+            kvr_index_clear_owner(idx, ids[o]);
+            tm_clear(&m, o);
+        }
+        kvr_index_stats_get(idx, &st);
+        assert_int_equal(st.nodes, 0);
+        assert_int_equal(st.bytes, base.bytes);
+        tm_free(&m);
+        kvr_index_destroy(idx);
+    }
+}
+
+typedef struct {
+    kvr_index *dst;
+    size_t events;
+} loader;
+
+static void load_event(void *user, const kvr_dump_store *ev)
+{
+    loader *l = user;
+    kvr_owner o = kvr_index_owner(l->dst, ev->worker_id, ev->dp_rank);
+    assert_int_equal(kvr_index_store(l->dst, o, ev->tier, ev->has_parent, ev->parent,
+                                     ev->engine_hashes, ev->local_hashes, ev->n),
+                     KVR_DROP_NONE);
+    l->events++;
+}
+
+static void test_dump_round_trip(void **state)
+{
+    (void)state;
+    kvr_index *idx = kvr_index_create();
+    kvr_owner ids[OWNERS];
+    make_owners(idx, ids);
+    tm_model m;
+    tm_init(&m);
+    random_ops(idx, ids, &m, 77, 3000);
+    kvr_index *copy = kvr_index_create();
+    kvr_owner cids[OWNERS];
+    make_owners(copy, cids); /* same (worker, rank) -> same order of ids */
+    loader l = {copy, 0};
+    kvr_index_dump(idx, load_event, &l);
+    assert_true(l.events > 0);
+    kvr_match_ctx *ctx = kvr_match_ctx_create();
+    uint64_t rng = 5;
+    for (int q = 0; q < 3000; q++) {
+        uint64_t loc[MAXLEN], eng[MAXLEN];
+        size_t n = random_path(&rng, 0, loc, eng);
+        compare_matches(idx, ids, &m, ctx, loc, n);
+        compare_matches(copy, cids, &m, ctx, loc, n);
+    }
+    /* handles survive the dump: the same removals keep both in step */
+    for (int q = 0; q < 300; q++) {
+        uint64_t loc[MAXLEN], eng[MAXLEN];
+        int o = (int)(rng_next(&rng) % OWNERS);
+        size_t n = random_path(&rng, o, loc, eng);
+        kvr_index_remove(idx, ids[o], KVR_TIER_GPU, eng + n - 1, 1);
+        kvr_index_remove(copy, cids[o], KVR_TIER_GPU, eng + n - 1, 1);
+        tm_remove(&m, o, 0, eng + n - 1, 1);
+        n = random_path(&rng, 0, loc, eng);
+        compare_matches(idx, ids, &m, ctx, loc, n);
+        compare_matches(copy, cids, &m, ctx, loc, n);
+    }
+    kvr_match_ctx_destroy(ctx);
+    tm_free(&m);
+    kvr_index_destroy(copy);
+    kvr_index_destroy(idx);
+}
+
+/* A writer stores and removes whole k-block chains; readers must see each
+ * chain all or nothing. */
+#define CHAIN 16
+typedef struct {
+    kvr_index *idx;
+    kvr_owner o;
+    atomic_bool stop;
+    atomic_long partial, full;
+} conc;
+
+static void chain_of(int c, uint64_t *loc, uint64_t *eng)
+{
+    for (int i = 0; i < CHAIN; i++) {
+        loc[i] = 5000 + (uint64_t)c * 100 + (uint64_t)i;
+        eng[i] = 90000 + (uint64_t)c * 100 + (uint64_t)i;
+    }
+}
+
+static void *reader(void *arg)
+{
+    conc *x = arg;
+    kvr_match_ctx *ctx = kvr_match_ctx_create();
+    uint64_t loc[CHAIN], eng[CHAIN];
+    int c = 0;
+    while (!atomic_load(&x->stop)) {
+        chain_of(c++ % 4, loc, eng);
+        const kvr_match_entry *r;
+        size_t k = kvr_index_match(x->idx, ctx, loc, CHAIN, &r);
+        if (k == 1 && r[0].gpu_blocks == CHAIN)
+            atomic_fetch_add(&x->full, 1);
+        else if (k != 0)
+            atomic_fetch_add(&x->partial, 1);
+    }
+    kvr_match_ctx_destroy(ctx);
+    return NULL;
+}
+
+static void test_concurrent_match_sees_whole_events(void **state)
+{
+    (void)state;
+    conc x = {.idx = kvr_index_create()};
+    x.o = kvr_index_owner(x.idx, 1, 0);
+    atomic_init(&x.stop, false);
+    atomic_init(&x.partial, 0);
+    atomic_init(&x.full, 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, reader, &x), 0);
+    uint64_t loc[CHAIN], eng[CHAIN];
+    for (int it = 0; it < 20000 || atomic_load(&x.full) == 0; it++) {
+        chain_of(it % 4, loc, eng);
+        assert_int_equal(kvr_index_store(x.idx, x.o, KVR_TIER_GPU, false, 0, eng, loc, CHAIN),
+                         KVR_DROP_NONE);
+        /* remove leaf-first in one event, as an engine evicts */
+        uint64_t rev[CHAIN];
+        for (int i = 0; i < CHAIN; i++)
+            rev[i] = eng[CHAIN - 1 - i];
+        if (it % 2)
+            assert_int_equal(kvr_index_remove(x.idx, x.o, KVR_TIER_GPU, rev, CHAIN), 0);
+        else
+            kvr_index_clear_owner(x.idx, x.o);
+    }
+    atomic_store(&x.stop, true);
+    pthread_join(th, NULL);
+    assert_int_equal(atomic_load(&x.partial), 0);
+    assert_true(atomic_load(&x.full) > 0);
+    kvr_index_destroy(x.idx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_random_against_model),
+        cmocka_unit_test(test_dump_round_trip),
+        cmocka_unit_test(test_concurrent_match_sees_whole_events),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
