@@ -1,5 +1,27 @@
 /* Wire layer (SPEC §2-3): ZeroMQ frames and msgpack batches -> raw events.
- * Tokens stay u64 here so wide Kimi ids survive decoding. */
+ * Tokens stay u64 here so wide Kimi ids survive decoding.
+ *
+ * Decoding choices where SPEC §3 is silent:
+ * - The whole payload passes mp_check, then a bounded structural walk
+ *   (depth <= KVR_WIRE_MAX_DEPTH, every container count <= bytes left):
+ *   msgpuck's mp_check keeps its pending count in an int that a forged
+ *   32-bit count wraps. Payloads above INT32_MAX/4 bytes are TOO_LARGE.
+ * - bin hash: its last 8 bytes big-endian; a bin shorter than 8 bytes is a
+ *   big-endian integer (zero-extended on the left); an empty bin is a
+ *   malformed event.
+ * - medium: the SPEC names, matched case-insensitively ("gpu" == "GPU");
+ *   nil, "" or an absent medium is gpu.
+ * - A tagged BlockStored needs indexes 0..4 (through block_size); a
+ *   BlockRemoved needs its hashes. After kv_cache_spec_kind, a tagged
+ *   removal reads sliding_window then locality (the store's order).
+ * - Map events: the same field names; "metadata" is another key for the
+ *   position-7 map; top-level cache_salt / session_id win over the map's.
+ *   The position-7 map may also carry "lora_name" (the encoder writes it
+ *   there when an event has both a LoRA and a salt).
+ * - group_idx, kv_cache_spec_kind, sliding window and locality are kept raw:
+ *   filtering on them is the normalizer's job.
+ * - Ints: any msgpack int family; a positive value in a signed format is
+ *   accepted wherever a non-negative int is expected. */
 #ifndef KVROUTER_WIRE_H
 #define KVROUTER_WIRE_H
 
@@ -64,8 +86,11 @@ typedef enum {
 const char *kvr_batch_error_name(kvr_batch_error err);
 
 /* A decoded batch. Reusable: decode into the same struct again without
- * freeing; its buffers grow to the largest batch seen. String fields of the
- * events borrow from the payload bytes, which must outlive the batch's use. */
+ * freeing; its buffers grow to the largest batch seen (no allocation per
+ * event in steady state). String fields of the events borrow from the
+ * payload bytes, which must outlive the batch's use; hashes and tokens live
+ * in u64_buf until the next decode. On any error n_events is 0: a batch
+ * applies whole or not at all. */
 typedef struct {
     double ts;
     bool has_dp_rank;

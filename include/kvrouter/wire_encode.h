@@ -29,7 +29,11 @@ void kvr_wbuf_reset(kvr_wbuf *w);
  * Events use: type, tier (as its canonical medium name), parent, block
  * hashes, token ids (Eagle bigram form when ev->eagle), block_size,
  * lora_name, cache_salt (SGLang: metadata map at position 7; vLLM: top-level
- * key), group_idx / kv_cache_spec_kind / locality when present. */
+ * key), group_idx / kv_cache_spec_kind / locality when present.
+ * SGLang style: a store is 8 elements (13 when group fields are set), a
+ * removal 3 (7); with a salt or session the position-7 map also carries
+ * lora_name. Eagle events need >= 2 tokens to have a bigram form. Dropped
+ * events have no wire form and are left out. Aborts when out of memory. */
 void kvr_wire_encode_batch(kvr_wbuf *w, kvr_wire_style style, double ts,
                            const kvr_raw_event *events, size_t n, bool has_rank, uint32_t rank);
 

@@ -12,15 +12,16 @@
 
 #include "kvrouter/wire.h"
 
+/* The copy lives until the next call (or kvr_wire_teardown), so the
+ * decoded events' borrowed strings stay readable meanwhile. */
+static void *g_payload_copy;
+
 static inline kvr_batch_error kvr_decode_copy(kvr_batch *b, const void *data, size_t len)
 {
-    void *copy = calloc(1, len ? len : 1);
-    memcpy(copy, data, len);
-    kvr_batch_error err = kvr_batch_decode(b, copy, len);
-    /* events may borrow strings from the payload: callers of this helper
-     * only look at numbers, types and reasons */
-    free(copy);
-    return err;
+    free(g_payload_copy);
+    g_payload_copy = calloc(1, len ? len : 1);
+    memcpy(g_payload_copy, data, len);
+    return kvr_batch_decode(b, g_payload_copy, len);
 }
 
 /* mp_format then decode; fails the test if the format does not fit. */
@@ -49,6 +50,8 @@ static inline int kvr_wire_teardown(void **state)
 {
     (void)state;
     kvr_batch_free(&g_b);
+    free(g_payload_copy);
+    g_payload_copy = NULL;
     return 0;
 }
 
