@@ -185,8 +185,27 @@ typedef struct {
 
 void kvr_route_decision_free(kvr_route_decision *d);
 
-/* Scores every candidate, picks one (SPEC §8) and books the request on it:
- * prefill load = the request's token count, blocks = ceil((tokens + osl)/B). */
+/* Scores every candidate, picks one (SPEC §8) and books the request on it.
+ *
+ * Candidates: every registered (worker, rank) of (model, group); a worker
+ * with no rank state yet counts as rank 0. Filters: has_worker_id (reason
+ * "pinned"; the best of its ranks unless has_dp_rank), has_dp_rank,
+ * allowed_workers. None left -> KVR_ROUTE_NO_CANDIDATE naming the filter.
+ *
+ * cost = prefill_load_scale * max(0, (active_prefill_tokens + isl)/B - credit)
+ *        + active_decode_blocks,
+ * credit = overlap_score_credit * gpu + cpu_hit_weight * (cpu - gpu)
+ *          + disk_hit_weight * (disk - cpu)   (blocks of that worker's sequence),
+ * isl = the request's whole token count (the engine prefills all of it, even
+ * the part after the first image that cannot route). temperature 0: argmin,
+ * ties (within 1e-9 relative) broken uniformly at random ("tie_random");
+ * T > 0: softmax of -(cost - min)/(max - min)/T ("sampled").
+ *
+ * Booking (when request_id is set; a duplicate id -> KVR_ROUTE_DUPLICATE_ID):
+ * isl prefill tokens and ceil((isl + osl)/B) blocks on the chosen (worker,
+ * rank). Blocks count as active_decode_blocks from the start (KV memory is
+ * held during prefill too); prefill_done drops the prefill tokens; release
+ * drops both. Bookings expire booking_ttl_s after /route. */
 kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_route_decision *out);
 
 /* The request's prefill finished: its prefill tokens stop counting, its

@@ -1,0 +1,24 @@
+-- wrk script: POST /route with 2,000-token prompts from 16 families, each
+-- request with a unique request_id (bookings expire via booking_ttl_s).
+dofile(os.getenv("ROUTE_BENCH_DIR") .. "/bodies.lua")
+local counter = 0
+tid = 0
+function setup(thread)
+  tid = tid + 1
+  thread:set("tid", tid)
+end
+function init(args)
+  math.randomseed(tid * 7919)
+end
+function request()
+  counter = counter + 1
+  local body = string.format(bodies[math.random(#bodies)], "t" .. tid .. "-" .. counter)
+  return wrk.format("POST", "/route", {["Content-Type"] = "application/json"}, body)
+end
+local codes = {}
+function response(status, headers, body)
+  if status ~= 200 then
+    codes[status] = (codes[status] or 0) + 1
+    if (codes[status] or 0) == 1 then io.stderr:write("status " .. status .. ": " .. body .. "\n") end
+  end
+end
