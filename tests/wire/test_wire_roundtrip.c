@@ -144,6 +144,39 @@ static void test_round_trip_buffer_growth(void **state)
     kvr_wbuf_free(&w);
 }
 
+/* The buffer moves between an event's hashes and its tokens (200 + 100
+ * u64s against a first capacity of 256): the event's own hash pointer must
+ * follow, in both styles. */
+static void test_growth_inside_one_event(void **state)
+{
+    (void)state;
+    static uint64_t hs[200], toks[100];
+    for (int i = 0; i < 200; i++)
+        hs[i] = 0xABCD000000000000ull + (uint64_t)i;
+    for (int i = 0; i < 100; i++)
+        toks[i] = (uint64_t)i * 7;
+    kvr_raw_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.type = KVR_EV_STORED;
+    ev.block_hashes = hs;
+    ev.n_block_hashes = 200;
+    ev.token_ids = toks;
+    ev.n_token_ids = 100;
+    ev.block_size = 1;
+    for (int style = KVR_WIRE_SGLANG; style <= KVR_WIRE_VLLM; style++) {
+        kvr_wbuf w;
+        kvr_batch b;
+        kvr_wbuf_init(&w);
+        kvr_batch_init(&b);
+        kvr_wire_encode_batch(&w, (kvr_wire_style)style, 0.0, &ev, 1, false, 0);
+        assert_int_equal(kvr_batch_decode(&b, w.data, w.len), KVR_BATCH_OK);
+        assert_true(b.u64_cap >= 300);
+        kvr_assert_event_equal(&b.events[0], &ev);
+        kvr_batch_free(&b);
+        kvr_wbuf_free(&w);
+    }
+}
+
 static void test_encode_seq(void **state)
 {
     (void)state;
@@ -165,6 +198,7 @@ int main(void)
         cmocka_unit_test(test_round_trip_sglang),
         cmocka_unit_test(test_round_trip_vllm),
         cmocka_unit_test(test_round_trip_buffer_growth),
+        cmocka_unit_test(test_growth_inside_one_event),
         cmocka_unit_test(test_encode_seq),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
