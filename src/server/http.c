@@ -249,7 +249,8 @@ int kvr_http_start(kvr_server *srv, const char *addr, int port, unsigned threads
         on_request, srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(threads ? threads : 2),
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)30, MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_END);
+        (unsigned)30, MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024), MHD_OPTION_END);
     if (!srv->mhd) {
         snprintf(err, err_len, "cannot listen on %s:%d", addr, port);
         return -1;

@@ -193,6 +193,19 @@ static void test_register_semantics(void **state)
              e2.endpoint, BS);
     assert_int_equal(th_register(s.base, body, NULL), 201);
 
+    /* Same settings, new endpoint: the listener moves, the index stays. */
+    th_engine e3;
+    th_engine_start(&e3);
+    snprintf(body, sizeof body,
+             "{\"instance_id\": 1, \"dp_rank\": 1, \"endpoint\": \"%s\", \"model_name\": \"m\", "
+             "\"block_size\": %d, \"mm_identity\": \"engine_wide\"}",
+             e3.endpoint, BS);
+    assert_int_equal(th_register(s.base, body, &r), 200);
+    assert_string_equal(json_string_value(json_object_get(r, "status")), "listener_restarted");
+    json_decref(r);
+    assert_int_equal(th_score(s.base, "m", local, 2, 1, 0), 2 * BS);
+    th_engine_stop(&e3);
+
     /* Unregister rank 1 only, then the whole worker. */
     assert_int_equal(post(&s, "/unregister", "{\"instance_id\":1,\"model_name\":\"m\","
                                              "\"dp_rank\":1}", NULL, 0), 200);

@@ -16,13 +16,13 @@ typedef struct {
     char base[64];
 } fixture;
 
-static int setup(void **state)
+static int setup_with(void **state, uint32_t replay_timeout_ms)
 {
     fixture *f = calloc(1, sizeof *f);
     kvr_server_config cfg;
     kvr_server_config_default(&cfg);
     cfg.port = 0;
-    cfg.source.replay_timeout_ms = 300;
+    cfg.source.replay_timeout_ms = replay_timeout_ms;
     cfg.source.poll_ms = 5;
     char err[256];
     f->srv = kvr_server_start(&cfg, err, sizeof err);
@@ -34,6 +34,10 @@ static int setup(void **state)
     *state = f;
     return 0;
 }
+
+static int setup(void **state) { return setup_with(state, 300); }
+/* A replay that outlives any test step. */
+static int setup_long_replay(void **state) { return setup_with(state, 60000); }
 
 static int teardown(void **state)
 {
@@ -379,6 +383,77 @@ static void test_engine_restart_clears(void **state)
     th_engine_stop(&e);
 }
 
+/* Topic prefix filter, and a batch's own dp_rank overriding the socket's. */
+static void test_topic_filter_and_batch_rank(void **state)
+{
+    fixture *f = *state;
+    th_engine e;
+    th_engine_start(&e);
+    reg(f, 50, 0, &e, false, ", \"topic\": \"kv@w50\"");
+    assert_true(th_engine_wait_sub(&e, WAIT));
+    chain a, b;
+    make_chain(&a, 2400, 24000, 1);
+    make_chain(&b, 2500, 25000, 2);
+    e.topic = "other";
+    send_store(&e, 0, &a, 0, 1, true); /* filtered by the SUB socket */
+    e.topic = "kv@w50/rank0";
+    kvr_raw_event ev = th_store(b.hashes, 2, 0, b.tokens, BS);
+    kvr_wbuf w;
+    kvr_wbuf_init(&w);
+    kvr_wire_encode_batch(&w, KVR_WIRE_VLLM, 2.0, &ev, 1, true, 3);
+    th_engine_send(&e, 1, w.data, w.len, true);
+    kvr_wbuf_free(&w);
+    assert_int_equal(th_wait_score(f->base, "m", b.local, 2, 50, 3, 2 * BS, WAIT), 2 * BS);
+    assert_int_equal(th_score(f->base, "m", b.local, 2, 50, 0), -1);
+    assert_int_equal(th_score(f->base, "m", a.local, 1, 50, 0), -1);
+    assert_int_equal(th_counter(f->base, 50, "m", "messages"), 1);
+    th_engine_stop(&e);
+}
+
+/* A dead endpoint and an engine stuck in a replay that never answers do not
+ * hold up a healthy engine. */
+static void test_silent_engines_do_not_block(void **state)
+{
+    fixture *f = *state;
+    long st = th_register(f->base, "{\"instance_id\": 40, \"endpoint\": \"tcp://127.0.0.1:1\", "
+                                   "\"model_name\": \"m\", \"block_size\": 4}", NULL);
+    assert_int_equal(st, 201);
+    th_engine stuck, ok;
+    th_engine_start(&stuck);
+    th_engine_start(&ok);
+    stuck.mute = true;
+    reg(f, 41, 0, &stuck, true, NULL);
+    reg(f, 42, 0, &ok, false, NULL);
+    assert_true(th_engine_wait_sub(&stuck, WAIT));
+    assert_true(th_engine_wait_sub(&ok, WAIT));
+    chain a, b;
+    make_chain(&a, 2200, 22000, 1);
+    make_chain(&b, 2300, 23000, 2);
+    send_store(&stuck, 3, &a, 0, 1, true); /* first message > 0: replay from 0, no answer */
+    send_store(&ok, 0, &b, 0, 1, true);
+    send_store(&ok, 1, &b, 1, 1, true);
+    assert_int_equal(th_wait_score(f->base, "m", b.local, 2, 42, 0, 2 * BS, WAIT), 2 * BS);
+    json_t *w = th_json("GET", f->base, "/workers", NULL, NULL);
+    size_t i;
+    json_t *x;
+    int seen = 0;
+    json_array_foreach(json_object_get(w, "workers"), i, x)
+    {
+        json_int_t id = json_integer_value(json_object_get(x, "instance_id"));
+        const char *state_s = json_string_value(json_object_get(
+            json_object_get(json_object_get(x, "ranks"), "0"), "listener_state"));
+        if (id == 40)
+            seen += strcmp(state_s, "connecting") == 0;
+        if (id == 41)
+            seen += strcmp(state_s, "replaying") == 0;
+    }
+    json_decref(w);
+    assert_int_equal(seen, 2); /* still replaying while the healthy engine applied */
+    assert_int_equal(th_score(f->base, "m", a.local, 1, 41, 0), -1); /* held, not applied */
+    th_engine_stop(&stuck);
+    th_engine_stop(&ok);
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_ALL);
@@ -394,6 +469,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_first_message_replays_from_zero, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gap_without_replay_counts_loss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_engine_restart_clears, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_topic_filter_and_batch_rank, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_silent_engines_do_not_block, setup_long_replay,
+                                        teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();
