@@ -34,6 +34,8 @@ static void usage(FILE *out)
             "  --prefill-tps X      prefill tokens/s per worker (default 20000)\n"
             "  --decode-tps X       decode tokens/s per request (default 50)\n"
             "  --sync-every N       wait for the router to apply events every N requests (default 1)\n"
+"  --route-opt K=V      add \"K\": V to every /route body (repeatable), e.g.\n"
+            "                       overlap_score_credit=2 prefill_load_scale=1\n"
             "  --model NAME         model name registered with the router (default sim-model)\n"
             "  --seed S             seed for random and multimodal choices (default 1)\n"
             "  --svg FILE           write a bar chart (hit rate, TTFT p99 per policy)\n"
@@ -84,6 +86,8 @@ int kvr_cmd_sim(int argc, char **argv)
     const char *trace_path = NULL, *svg = NULL;
     double limit = 0, mm_share = 0;
     bool json = false;
+    char route_extra[512] = "";
+    size_t extra_len = 0;
     bool which[KVR_SIM_POLICY_COUNT];
     for (int p = 0; p < KVR_SIM_POLICY_COUNT; p++)
         which[p] = true;
@@ -118,6 +122,22 @@ int kvr_cmd_sim(int argc, char **argv)
         } else if (!strcmp(a, "--svg")) {
             NEED_VALUE;
             svg = v;
+        } else if (!strcmp(a, "--route-opt")) {
+            NEED_VALUE;
+            const char *eq = strchr(v, '=');
+            char *endp;
+            if (!eq || eq == v || (strtod(eq + 1, &endp), endp == eq + 1 || *endp)) {
+                fprintf(stderr, "kvrouter sim: --route-opt expects key=number, got '%s'\n", v);
+                return 2;
+            }
+            int m = snprintf(route_extra + extra_len, sizeof route_extra - extra_len,
+                             "%s\"%.*s\":%s", extra_len ? "," : "", (int)(eq - v), v, eq + 1);
+            if (m < 0 || (size_t)m >= sizeof route_extra - extra_len) {
+                fprintf(stderr, "kvrouter sim: too many --route-opt\n");
+                return 2;
+            }
+            extra_len += (size_t)m;
+            cfg.route_extra = route_extra;
         } else if (!strcmp(a, "--model")) {
             NEED_VALUE;
             cfg.model_name = v;
@@ -265,6 +285,10 @@ int kvr_cmd_sim(int argc, char **argv)
                (unsigned long long)k->http_calls, k->http_s, k->sync_s,
                (unsigned long long)k->sync_polls, (unsigned long long)k->route_errors,
                (unsigned long long)k->sync_timeouts);
+        printf("kvrouter: router-predicted gpu overlap %.2f%% of prompt tokens vs %.2f%% "
+               "found in the engines' GPU caches\n",
+               k->prompt_tokens ? 100.0 * (double)k->router_overlap_tokens / k->prompt_tokens : 0,
+               100.0 * k->gpu_hit_rate);
     }
     if (svg) {
         char title[256];

@@ -18,6 +18,7 @@ struct kvr_sim_kr {
     bool *dirty;
     size_t since_sync;
     uint64_t route_errors, sync_timeouts, sync_polls;
+    uint64_t overlap_tokens; /* sum of the router's overlap_tokens for its choices */
     double sync_s;
     bool warned;
 };
@@ -256,6 +257,8 @@ long kvr_sim_kr_route(kvr_sim_kr *kr, size_t idx, const kvr_sim_request *req, ui
                                req->items[i].mm_hash);
         kvr_sim_buf_printf(b, "]");
     }
+    if (kr->cfg->route_extra && kr->cfg->route_extra[0])
+        kvr_sim_buf_printf(b, ",%s", kr->cfg->route_extra);
     kvr_sim_buf_printf(b, "}");
     long status;
     if (!post(kr, "/route", &status) || status != 200) {
@@ -270,6 +273,9 @@ long kvr_sim_kr_route(kvr_sim_kr *kr, size_t idx, const kvr_sim_request *req, ui
         (!json_object_get(root, "dp_rank") || json_u64(json_object_get(root, "dp_rank"), &rank)) &&
         rank < kr->cfg->dp && (id - 1) * kr->cfg->dp + rank < kr->n_slots)
         slot = (long)((id - 1) * kr->cfg->dp + rank);
+    uint64_t ov;
+    if (slot >= 0 && json_u64(json_object_get(root, "overlap_tokens"), &ov))
+        kr->overlap_tokens += ov;
     json_decref(root);
     if (slot < 0) {
         kr->route_errors++;
@@ -300,4 +306,5 @@ void kvr_sim_kr_stats(const kvr_sim_kr *kr, kvr_sim_result *out)
     out->http_s = kvr_sim_http_seconds(kr->http);
     out->sync_polls = kr->sync_polls;
     out->sync_s = kr->sync_s;
+    out->router_overlap_tokens = kr->overlap_tokens;
 }

@@ -85,7 +85,9 @@ static void panel(FILE *f, double x0, double y0, double w, const char *heading,
         if (!which[p] || !res[p].ran)
             continue;
         double v = hit ? 100.0 * res[p].hit_rate : res[p].ttft_p99_ms;
-        double bw = bar_w * v / vmax;
+        double bw = bar_w * (v < vmax ? v : vmax);
+        bw /= vmax;
+        bool clipped = v > vmax;
         const char *color = p == KVR_SIM_KVROUTER ? "#d9480f"
                             : p == KVR_SIM_ORACLE ? "#868e96"
                                                   : "#4263eb";
@@ -98,7 +100,7 @@ static void panel(FILE *f, double x0, double y0, double w, const char *heading,
         if (hit)
             fprintf(f, "%.1f%%", v);
         else
-            fprintf(f, "%.0f ms", v);
+            fprintf(f, "%.0f ms%s", v, clipped ? " (off scale)" : "");
         fprintf(f, "</text>\n");
         y += row;
     }
@@ -110,15 +112,27 @@ int kvr_sim_write_svg(const char *path, const kvr_sim_result *res, const bool *w
     FILE *f = fopen(path, "w");
     if (!f)
         return -1;
+    /* Scales: hit rates up to the best one (small differences must show);
+     * TTFT up to the worst non-oracle policy, since the oracle ignores load
+     * and its queue can dwarf everyone else's (it is drawn clipped then). */
     int rows = 0;
-    double ttft_max = 0;
+    double ttft_max = 0, ttft_oracle = 0, hit_max = 0;
     for (int p = 0; p < KVR_SIM_POLICY_COUNT; p++) {
         if (!which[p] || !res[p].ran)
             continue;
         rows++;
-        if (res[p].ttft_p99_ms > ttft_max)
+        if (p == KVR_SIM_ORACLE)
+            ttft_oracle = res[p].ttft_p99_ms;
+        else if (res[p].ttft_p99_ms > ttft_max)
             ttft_max = res[p].ttft_p99_ms;
+        if (res[p].hit_rate > hit_max)
+            hit_max = res[p].hit_rate;
     }
+    if (ttft_max == 0 || ttft_oracle < 1.5 * ttft_max)
+        ttft_max = ttft_max > ttft_oracle ? ttft_max : ttft_oracle;
+    double hit_scale = 100.0 * hit_max * 1.15;
+    if (hit_scale > 100 || hit_scale <= 0)
+        hit_scale = 100;
     double W = 900, panel_w = 430, H = 90 + rows * 30 + 40;
     fprintf(f,
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
@@ -128,9 +142,9 @@ int kvr_sim_write_svg(const char *path, const kvr_sim_result *res, const bool *w
     fprintf(f, "<text x=\"20\" y=\"30\" font-size=\"17\" font-weight=\"bold\">");
     svg_escape(f, title ? title : "kvrouter sim");
     fprintf(f, "</text>\n");
-    panel(f, 20, 65, panel_w, "prefix hit rate (higher is better)", res, which, true, 100.0);
+    panel(f, 20, 65, panel_w, "prefix hit rate (higher is better)", res, which, true, hit_scale);
     panel(f, 20 + panel_w + 20, 65, panel_w, "TTFT p99 (lower is better)", res, which, false,
-          ttft_max * 1.05);
+          ttft_max * 1.1);
     fprintf(f,
             "<text x=\"20\" y=\"%.0f\" font-size=\"11\" fill=\"#555\">hit rate = reused prompt "
             "tokens / prompt tokens, from the engines' own caches; TTFT = virtual-time queueing "

@@ -54,6 +54,7 @@ typedef struct {
     const char *model_name;
     unsigned sync_every;    /* kvrouter: wait for the router to apply events every N requests */
     int sync_timeout_ms;
+    const char *route_extra; /* extra JSON members for every /route body, e.g. "\"overlap_score_credit\":2" */
     FILE *log;              /* progress lines, or NULL */
     uint32_t *choices;      /* optional: the slot chosen for each request (tests) */
 } kvr_sim_config;
@@ -73,6 +74,7 @@ typedef struct {
     /* kvrouter policy only */
     uint64_t route_errors, sync_timeouts, http_calls, sync_polls;
     double http_s, sync_s;
+    uint64_t router_overlap_tokens; /* what the router believed it reused (gpu) */
 } kvr_sim_result;
 
 /* Engine e is Kimi engine_wide when the running share crosses an integer:
