@@ -316,6 +316,32 @@ static void test_span_validation(void **state)
     kvr_query_result_free(&res);
 }
 
+static void test_auto_worker_stops_forwarding_after_wide_ids(void **state)
+{
+    fx *f = *state;
+    kvr_worker *w = rt_register(f->ix, 1, BS, KVR_MM_AUTO, -1, false, NULL);
+    uint32_t t[N];
+    request_tokens(t, 8);
+    kvr_mm_item item = {8, 12, true, MM_HASH};
+    kvr_query_request q = rt_request(t, N, &item, 1);
+    kvr_query_result res;
+    kvr_query_result_init(&res);
+    assert_int_equal(kvr_query(f->r, &q, &res), KVR_ROUTE_OK);
+    assert_true(rt_entry(&res, 1, 0)->forward_mm_hashes);
+    assert_int_equal(rt_entry(&res, 1, 0)->routing_tokens, N);
+
+    /* The engine shows it owns image identities: no more forwarding. */
+    uint64_t wide[N];
+    wide_event_tokens(wide, N, 8);
+    rt_store(f->ix, w, 0, BS, wide, N, false, 1000);
+    assert_int_equal(kvr_query(f->r, &q, &res), KVR_ROUTE_OK);
+    const kvr_query_entry *e = rt_entry(&res, 1, 0);
+    assert_false(e->forward_mm_hashes);
+    assert_int_equal(e->seq_kind, KVR_SEQ_TEXT_PREFIX);
+    assert_int_equal(e->gpu_blocks, 2);
+    kvr_query_result_free(&res);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -330,6 +356,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_each_distinct_sequence_hashed_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_span_validation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_auto_worker_stops_forwarding_after_wide_ids, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

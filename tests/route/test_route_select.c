@@ -1,6 +1,7 @@
 /* Selection and bookings (SPEC §8): cost, tie-break, sampling, pins,
  * allow-lists, /prefill_done, /free and TTL expiry. */
 #include <math.h>
+#include <pthread.h>
 #include <time.h>
 
 #include "route_test_util.h"
@@ -346,6 +347,114 @@ static void test_pin_and_allowed_workers(void **state)
     assert_non_null(strstr(d.error, "temperature"));
 }
 
+static void test_cpu_and_disk_reach_earn_weighted_credit(void **state)
+{
+    fx *f = *state;
+    kvr_worker *w = worker_with(f, 1, 1); /* gpu block 0 */
+    uint64_t t[N];
+    rt_widen(f->tokens, t, N);
+    /* The host tier holds blocks 0..2 and disk blocks 0..3 of the same prompt. */
+    rt_store_tier(f->ix, w, 0, KVR_TIER_CPU, BS, t, 3 * BS, false, 5000);
+    rt_store_tier(f->ix, w, 0, KVR_TIER_DISK, BS, t, 4 * BS, false, 6000);
+    worker_with(f, 2, 0);
+    kvr_route_request rq = req_of(f, NULL);
+    rq.debug = true;
+    kvr_route_decision d = route_ok(f, &rq);
+    assert_int_equal(d.worker_id, 1);
+    assert_int_equal(d.overlap_tokens, 4); /* overlap_tokens counts gpu only */
+    for (size_t i = 0; i < d.n_costs; i++)
+        if (d.costs[i].worker_id == 1) {
+            assert_int_equal(d.costs[i].gpu_blocks, 1);
+            assert_int_equal(d.costs[i].cpu_blocks, 3);
+            assert_int_equal(d.costs[i].disk_blocks, 4);
+            /* credit = 1 + 0.75 * 2 + 0.25 * 1 = 2.75; cost = 4 - 2.75 */
+            assert_true(fabs(d.costs[i].credit - 2.75) < 1e-9);
+            assert_true(fabs(d.costs[i].cost - 1.25) < 1e-9);
+        }
+    kvr_route_decision_free(&d);
+}
+
+static void test_fresh_rank_with_overlap_is_a_candidate(void **state)
+{
+    (void)state;
+    fx *f = make(0, 5);
+    kvr_router_destroy(f->r);
+    kvr_router_config cfg;
+    kvr_router_config_default(&cfg);
+    cfg.rank_refresh_s = 1000; /* the rank cache never ages out here */
+    f->r = kvr_router_create(f->ix, &cfg);
+    kvr_worker *w = worker_with(f, 1, 1);
+    kvr_route_request rq = req_of(f, NULL);
+    kvr_route_decision d = route_ok(f, &rq);
+    assert_int_equal(d.dp_rank, 0);
+    uint64_t t[N];
+    rt_widen(f->tokens, t, N);
+    rt_store(f->ix, w, 3, BS, t, N, false, 9000);
+    d = route_ok(f, &rq);
+    assert_int_equal(d.dp_rank, 3);
+    assert_int_equal(d.overlap_tokens, 16);
+    teardown((void **)&f);
+}
+
+typedef struct {
+    fx *f;
+    int id;
+} worker_arg;
+
+static void *route_and_free(void *p)
+{
+    worker_arg *a = p;
+    char rid[32];
+    for (int i = 0; i < 300; i++) {
+        snprintf(rid, sizeof rid, "%d-%d", a->id, i);
+        kvr_route_request rq = req_of(a->f, rid);
+        kvr_route_decision d;
+        if (kvr_route(a->f->r, &rq, &d) != KVR_ROUTE_OK)
+            return (void *)1;
+        if (i % 2 && kvr_router_prefill_done(a->f->r, rid) != KVR_ROUTE_OK)
+            return (void *)1;
+        if (kvr_router_release(a->f->r, rid) != KVR_ROUTE_OK)
+            return (void *)1;
+    }
+    return NULL;
+}
+
+static void test_concurrent_routes_leave_no_load(void **state)
+{
+    fx *f = *state;
+    kvr_worker *w1 = worker_with(f, 1, 4);
+    worker_with(f, 2, 2);
+    pthread_t th[4];
+    worker_arg args[4];
+    for (int i = 0; i < 4; i++) {
+        args[i] = (worker_arg){f, i};
+        pthread_create(&th[i], NULL, route_and_free, &args[i]);
+    }
+    /* Events keep applying while requests route. */
+    uint64_t t[N];
+    rt_widen(f->tokens, t, N);
+    for (int i = 0; i < 50; i++) {
+        kvr_indexer_clear_rank(f->ix, w1, 0);
+        rt_store(f->ix, w1, 0, BS, t, N, false, 20000 + (uint64_t)i * 10);
+    }
+    for (int i = 0; i < 4; i++) {
+        void *rc;
+        pthread_join(th[i], &rc);
+        assert_null(rc);
+    }
+    kvr_router_stats st;
+    kvr_router_stats_get(f->r, &st);
+    assert_int_equal(st.bookings_active, 0);
+    assert_int_equal(st.bookings_released, 1200);
+    assert_int_equal(st.prefill_done, 600);
+    for (uint64_t id = 1; id <= 2; id++) {
+        kvr_worker_load load;
+        kvr_router_load(f->r, RT_MODEL, NULL, id, 0, &load);
+        assert_int_equal(load.active_prefill_tokens, 0);
+        assert_int_equal(load.active_decode_blocks, 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -360,6 +469,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_tie_break_is_random, setup, teardown),
         cmocka_unit_test_setup_teardown(test_temperature_follows_softmax, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pin_and_allowed_workers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cpu_and_disk_reach_earn_weighted_credit, setup,
+                                        teardown),
+        cmocka_unit_test(test_fresh_rank_with_overlap_is_a_candidate),
+        cmocka_unit_test_setup_teardown(test_concurrent_routes_leave_no_load, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
