@@ -111,7 +111,9 @@ size_t kvr_indexer_match_tokens(kvr_indexer *ix, const char *model, const char *
                                 bool eagle, uint64_t seed, const kvr_match_entry **out);
 
 /* What the router needs to build a worker's routing sequence (SPEC §5
- * request side): small enough to snapshot per request. */
+ * request side): small enough to snapshot per request. Never waits behind a
+ * batch (reads no per-rank state). */
+#define KVR_CAPS_RANKS 32
 typedef struct {
     uint64_t worker_id;
     uint32_t block_size;
@@ -120,6 +122,8 @@ typedef struct {
     kvr_mm_identity mm_identity;   /* as registered */
     uint64_t lora_seed;            /* kvr_hash_seed(lora, none) */
     char lora_name[KVR_NAME_MAX];  /* "" when none */
+    uint32_t n_ranks;              /* ranks with state (a batch applied) */
+    uint32_t ranks[KVR_CAPS_RANKS]; /* the first min(n_ranks, KVR_CAPS_RANKS), sorted */
 } kvr_worker_caps;
 
 void kvr_worker_caps_get(kvr_indexer *ix, kvr_worker *w, kvr_worker_caps *out);
