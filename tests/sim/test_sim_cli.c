@@ -1,0 +1,164 @@
+/* `kvrouter sim` end to end through the built binary: small runs whose JSON
+ * last line must parse, one of them routing through a real `kvrouter serve`
+ * (started by the sim itself) over HTTP with events over ZeroMQ. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test_support.h"
+
+/* Runs the command; returns its stdout (malloc'd) and exit status. */
+static char *run(const char *args, int *status)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s sim --trace %s %s 2>/dev/null", kvr_test_binary(),
+             kvr_test_path("data/conversation_trace.jsonl"), args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t cap = 1 << 16, len = 0;
+    char *out = malloc(cap);
+    assert_non_null(out);
+    size_t n;
+    while ((n = fread(out + len, 1, cap - len - 1, p)) > 0) {
+        len += n;
+        if (cap - len < 1024) {
+            cap *= 2;
+            out = realloc(out, cap);
+            assert_non_null(out);
+        }
+    }
+    out[len] = '\0';
+    int st = pclose(p);
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return out;
+}
+
+static json_t *last_line_json(char *out)
+{
+    size_t len = strlen(out);
+    while (len && out[len - 1] == '\n')
+        out[--len] = '\0';
+    char *last = strrchr(out, '\n');
+    last = last ? last + 1 : out;
+    json_error_t jerr;
+    json_t *j = json_loads(last, 0, &jerr);
+    if (!j)
+        fail_msg("last line is not JSON: %s (%s)", last, jerr.text);
+    return j;
+}
+
+static json_t *policy(json_t *root, const char *name, size_t requests)
+{
+    json_t *p = json_object_get(json_object_get(root, "policies"), name);
+    assert_non_null(p);
+    double hit = json_number_value(json_object_get(p, "hit_rate"));
+    assert_true(hit >= 0.0 && hit <= 1.0);
+    assert_true(json_is_number(json_object_get(p, "max_mean_load")));
+    assert_true(json_number_value(json_object_get(p, "max_mean_load")) >= 1.0);
+    double p50 = json_number_value(json_object_get(p, "ttft_p50_ms"));
+    double p99 = json_number_value(json_object_get(p, "ttft_p99_ms"));
+    assert_true(p50 > 0 && p50 <= p99);
+    assert_int_equal(json_integer_value(json_object_get(p, "requests")), requests);
+    return p;
+}
+
+static void test_baselines_json_and_svg(void **state)
+{
+    (void)state;
+    char svg[] = "/tmp/kvr_sim_chart_XXXXXX";
+    int fd = mkstemp(svg);
+    assert_true(fd >= 0);
+    close(fd);
+    char args[256];
+    snprintf(args, sizeof args,
+             "--limit 50 --engines 4 --capacity 2048 --policies round_robin,oracle --json "
+             "--quiet --svg %s",
+             svg);
+    int st;
+    char *out = run(args, &st);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "round_robin"));
+    json_t *root = last_line_json(out);
+    json_t *rr = policy(root, "round_robin", 50);
+    json_t *orc = policy(root, "oracle", 50);
+    assert_null(json_object_get(json_object_get(root, "policies"), "kvrouter"));
+    assert_true(json_number_value(json_object_get(orc, "hit_rate")) >=
+                json_number_value(json_object_get(rr, "hit_rate")));
+    json_decref(root);
+    free(out);
+    size_t len;
+    char *chart = kvr_test_read_file(svg, &len);
+    assert_non_null(chart);
+    assert_non_null(strstr(chart, "<svg"));
+    assert_non_null(strstr(chart, "oracle"));
+    assert_non_null(strstr(chart, "</svg>"));
+    free(chart);
+    unlink(svg);
+}
+
+static void test_bad_arguments(void **state)
+{
+    (void)state;
+    int st;
+    free(run("--policies round_robin,nope --quiet", &st));
+    assert_int_equal(st, 2);
+    free(run("--engines 0 --quiet", &st));
+    assert_int_equal(st, 2);
+    char *out = run("--limit 5 --wire msgpack --quiet", &st);
+    assert_int_equal(st, 2);
+    free(out);
+}
+
+/* kvrouter through a real router, with the multimodal mix: Kimi
+ * engine_wide engines publishing wide pads, legacy engines legacy pads,
+ * HiCache on. Every /route, /prefill_done and /free must succeed and every
+ * engine batch must be applied before the next request is routed. */
+static void test_kvrouter_end_to_end(void **state)
+{
+    (void)state;
+    int st;
+    char *out = run("--limit 60 --engines 4 --capacity 1024 --hicache 512 --mm-share 0.3 "
+                    "--kimi-share 0.5 --policies kvrouter,round_robin --json --quiet",
+                    &st);
+    assert_int_equal(st, 0);
+    json_t *root = last_line_json(out);
+    json_t *k = policy(root, "kvrouter", 60);
+    policy(root, "round_robin", 60);
+    assert_int_equal(json_integer_value(json_object_get(k, "router_errors")), 0);
+    assert_int_equal(json_integer_value(json_object_get(k, "sync_timeouts")), 0);
+    /* /route + /prefill_done + /free per request, plus registration. */
+    assert_true(json_integer_value(json_object_get(k, "http_calls")) >= 3 * 60);
+    json_decref(root);
+    free(out);
+}
+
+/* The other wire and topology options through the router: vLLM maps, two
+ * DP ranks per engine on consecutive ports, Eagle bigrams. */
+static void test_kvrouter_vllm_dp_eagle(void **state)
+{
+    (void)state;
+    int st;
+    char *out = run("--limit 30 --engines 2 --dp 2 --wire vllm --eagle --capacity 1024 "
+                    "--policies kvrouter --json --quiet",
+                    &st);
+    assert_int_equal(st, 0);
+    json_t *root = last_line_json(out);
+    json_t *k = policy(root, "kvrouter", 30);
+    assert_int_equal(json_integer_value(json_object_get(k, "router_errors")), 0);
+    assert_int_equal(json_integer_value(json_object_get(k, "sync_timeouts")), 0);
+    json_decref(root);
+    free(out);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_baselines_json_and_svg),
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_kvrouter_end_to_end),
+        cmocka_unit_test(test_kvrouter_vllm_dp_eagle),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
