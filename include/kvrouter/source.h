@@ -23,6 +23,7 @@ typedef struct {
     int64_t max_msg_size;       /* 0 -> 64 MiB; larger messages disconnect the peer */
     uint32_t poll_ms;           /* 0 -> 20 */
     uint32_t max_buffered;      /* live messages held during a replay; 0 -> 65536 */
+    uint64_t max_buffered_bytes; /* and their bytes; 0 -> 256 MiB */
 } kvr_source_config;
 
 typedef enum {

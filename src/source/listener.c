@@ -80,6 +80,7 @@ void kvr_listener_free_buffer(kvr_listener *l)
     free(l->buf);
     l->buf = NULL;
     l->n_buf = l->cap_buf = 0;
+    l->buf_bytes = 0;
 }
 
 static void close_dealer(kvr_listener *l)
@@ -94,7 +95,7 @@ static void close_dealer(kvr_listener *l)
 static bool buffer_msg(kvr_source *src, kvr_listener *l, uint64_t seq, const void *payload,
                        size_t len)
 {
-    if (l->n_buf >= src->cfg.max_buffered)
+    if (l->n_buf >= src->cfg.max_buffered || l->buf_bytes + len > src->cfg.max_buffered_bytes)
         return false;
     if (l->n_buf == l->cap_buf) {
         size_t cap = l->cap_buf ? l->cap_buf * 2 : 16;
@@ -110,6 +111,7 @@ static bool buffer_msg(kvr_source *src, kvr_listener *l, uint64_t seq, const voi
     if (len)
         memcpy(copy, payload, len);
     l->buf[l->n_buf++] = (kvr_pending_msg){seq, copy, len};
+    l->buf_bytes += len;
     return true;
 }
 

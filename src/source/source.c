@@ -56,6 +56,7 @@ void kvr_source_config_default(kvr_source_config *cfg)
     cfg->max_msg_size = 64ll << 20;
     cfg->poll_ms = 20;
     cfg->max_buffered = 65536;
+    cfg->max_buffered_bytes = 256ull << 20;
 }
 
 kvr_indexer *kvr_source_indexer(kvr_source *src) { return src->ix; }
@@ -258,6 +259,8 @@ kvr_source *kvr_source_create(kvr_indexer *ix, const kvr_source_config *cfg)
             src->cfg.poll_ms = cfg->poll_ms;
         if (cfg->max_buffered)
             src->cfg.max_buffered = cfg->max_buffered;
+        if (cfg->max_buffered_bytes)
+            src->cfg.max_buffered_bytes = cfg->max_buffered_bytes;
     }
     src->ix = ix;
     src->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

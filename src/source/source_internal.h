@@ -40,6 +40,7 @@ typedef struct kvr_listener {
     double replay_deadline;
     kvr_pending_msg *buf;
     size_t n_buf, cap_buf;
+    uint64_t buf_bytes;
 
     /* ranks named by batches (their dp_rank overrides the socket's rank):
      * a restart or failed replay clears them too */

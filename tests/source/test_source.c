@@ -1,0 +1,161 @@
+/* The source layer without HTTP: registry changes racing a flooding engine
+ * (the handle lifetime rule), and the bounded replay buffer. */
+#include "test_support.h"
+
+#include "kvrouter/source.h"
+#include "../server/net_helpers.h"
+
+#define BS 4
+
+typedef struct {
+    uint64_t id;
+    const char *endpoint;
+    const char *replay;
+    kvr_worker *w;
+    bool unregister;
+} reg_arg;
+
+static void do_reg(kvr_source *src, void *arg)
+{
+    reg_arg *a = arg;
+    kvr_indexer *ix = kvr_source_indexer(src);
+    if (a->unregister) {
+        kvr_worker *w = kvr_indexer_find(ix, "m", NULL, a->id);
+        if (w) {
+            kvr_source_unlisten(src, w, UINT32_MAX);
+            kvr_indexer_unregister(ix, w);
+        }
+        return;
+    }
+    kvr_worker_settings s = {.model_name = "m", .worker_id = a->id, .block_size = BS,
+                             .accepts_mm_hashes = -1};
+    assert_int_not_equal(kvr_indexer_register(ix, &s, &a->w), KVR_REG_INVALID);
+    assert_true(kvr_source_listen(src, a->w, a->id, 0, a->endpoint, a->replay, "") >= 0);
+}
+
+typedef struct {
+    th_engine *e;
+    volatile int stop;
+    uint64_t sent;
+} flood_arg;
+
+static void *flood_main(void *arg)
+{
+    flood_arg *f = arg;
+    uint64_t tokens[BS] = {1, 2, 3, 4};
+    uint64_t h[1];
+    kvr_wbuf w;
+    kvr_wbuf_init(&w);
+    while (!f->stop) {
+        h[0] = f->sent + 1;
+        kvr_raw_event evs[2] = {th_store(h, 1, 0, tokens, BS), th_remove(h, 1)};
+        kvr_wbuf_reset(&w);
+        kvr_wire_encode_batch(&w, KVR_WIRE_SGLANG, 1.0, evs, 2, false, 0);
+        unsigned char seq[8];
+        kvr_wire_encode_seq(f->sent++, seq);
+        zmq_send(f->e->pub, "", 0, ZMQ_SNDMORE);
+        zmq_send(f->e->pub, seq, 8, ZMQ_SNDMORE);
+        zmq_send(f->e->pub, w.data, w.len, 0);
+        if (f->sent % 64 == 0)
+            th_sleep_ms(1);
+    }
+    kvr_wbuf_free(&w);
+    return NULL;
+}
+
+static void test_registry_changes_under_flood(void **state)
+{
+    (void)state;
+    kvr_indexer *ix = kvr_indexer_create();
+    kvr_source_config cfg;
+    kvr_source_config_default(&cfg);
+    cfg.poll_ms = 2;
+    kvr_source *src = kvr_source_create(ix, &cfg);
+    assert_non_null(src);
+    th_engine e;
+    th_engine_start(&e);
+    flood_arg fa = {&e, 0, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, flood_main, &fa);
+    for (int i = 0; i < 40; i++) {
+        reg_arg r = {.id = 1, .endpoint = e.endpoint, .replay = ""};
+        assert_int_equal(kvr_source_run(src, do_reg, &r), 0);
+        th_sleep_ms(3);
+        reg_arg u = {.id = 1, .unregister = true};
+        assert_int_equal(kvr_source_run(src, do_reg, &u), 0);
+    }
+    fa.stop = 1;
+    pthread_join(t, NULL);
+    assert_true(fa.sent > 0);
+    assert_int_equal(kvr_indexer_list(ix, NULL, NULL, NULL, 0), 0);
+    kvr_source_destroy(src);
+    th_engine_stop(&e);
+    kvr_indexer_destroy(ix);
+}
+
+typedef struct {
+    kvr_listener_info info;
+    size_t n;
+} snap_arg;
+
+static void do_snap(kvr_source *src, void *arg)
+{
+    snap_arg *s = arg;
+    s->n = kvr_source_listeners(src, NULL, &s->info, 1);
+}
+
+static void test_replay_buffer_bound(void **state)
+{
+    (void)state;
+    kvr_indexer *ix = kvr_indexer_create();
+    kvr_source_config cfg;
+    kvr_source_config_default(&cfg);
+    cfg.poll_ms = 2;
+    cfg.max_buffered = 4;
+    cfg.replay_timeout_ms = 60000; /* only the bound can end this replay */
+    kvr_source *src = kvr_source_create(ix, &cfg);
+    th_engine e;
+    th_engine_start(&e);
+    e.mute = true;
+    reg_arg r = {.id = 2, .endpoint = e.endpoint, .replay = e.replay_endpoint};
+    assert_int_equal(kvr_source_run(src, do_reg, &r), 0);
+    assert_true(th_engine_wait_sub(&e, 3000));
+    uint64_t tokens[10 * BS], h[10];
+    for (int i = 0; i < 10 * BS; i++)
+        tokens[i] = 100 + (uint64_t)i;
+    for (int i = 0; i < 10; i++)
+        h[i] = 500 + (uint64_t)i;
+    kvr_raw_event ev0 = th_store(h, 1, 0, tokens, BS);
+    th_send_events(&e, 0, &ev0, 1, true);
+    /* seq 2..9 after a gap at 1: replay (mute) holds 4, then gives up. */
+    for (int i = 2; i < 10; i++) {
+        kvr_raw_event ev = th_store(h + i, 1, h[i - 1], tokens + i * BS, BS);
+        th_send_events(&e, (uint64_t)i, &ev, 1, true);
+    }
+    snap_arg s = {0};
+    double end = th_now() + 3;
+    do {
+        th_sleep_ms(5);
+        assert_int_equal(kvr_source_run(src, do_snap, &s), 0);
+    } while (s.info.last_seq != 9 && th_now() < end);
+    assert_int_equal(s.n, 1);
+    assert_int_equal(s.info.last_seq, 9);
+    assert_int_equal(s.info.state, KVR_LISTENER_LIVE);
+    assert_int_equal(s.info.c.replays_failed, 1);
+    assert_int_equal(s.info.c.rank_clears, 1);
+    assert_int_equal(s.info.c.seq_gaps, 1);
+    /* Every live batch from 2 on was applied, none twice. */
+    assert_int_equal(s.info.c.batches, 9);
+    kvr_source_destroy(src);
+    th_engine_stop(&e);
+    kvr_indexer_destroy(ix);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_registry_changes_under_flood),
+        cmocka_unit_test(test_replay_buffer_bound),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
