@@ -359,6 +359,37 @@ static void test_lora_worker_seed(void **state)
     assert_int_equal(match_seed(ix, 3, 0, req, 2 * B, KVR_HASH_SEED).gpu, 0);
 }
 
+/* Eagle workers hash B+1 token windows; requests must use the same. */
+static void test_eagle_worker_windows(void **state)
+{
+    (void)state;
+    kvr_worker_settings s = settings(4, KVR_MM_ENGINE_WIDE);
+    s.is_eagle = true;
+    kvr_worker *w4 = reg_ok(ix, &s, KVR_REG_CREATED);
+    uint64_t tok[2 * B + 1], h[2] = {1201, 1202};
+    text(tok, 2 * B + 1, 10);
+    tok[2 * B] = WIDE; /* the overlap token of block 1 is media: block 1 goes */
+    kvr_raw_event ev = store_ev(h, 2, false, 0, tok, 2 * B + 1);
+    apply(ix, w4, 0, &ev, 1);
+    uint32_t req[2 * B + 1];
+    text32(req, 2 * B + 1, 10);
+    kvr_match_ctx *ctx = kvr_match_ctx_create();
+    const kvr_match_entry *e;
+    size_t n = kvr_indexer_match_tokens(ix, MODEL, NULL, ctx, req, 2 * B + 1, true,
+                                        KVR_HASH_SEED, &e);
+    assert_int_equal(n, 1);
+    assert_int_equal(e[0].worker_id, 4);
+    assert_int_equal(e[0].gpu_blocks, 1);
+    /* plain windows do not match Eagle blocks */
+    assert_int_equal(match_gpu(ix, 4, 0, req, 2 * B + 1), 0);
+    kvr_match_ctx_destroy(ctx);
+    kvr_worker_info *info;
+    const kvr_rank_info *r = rank_snapshot(w4, 0, &info);
+    assert_int_equal(r->norm.mm_stores_truncated, 1);
+    assert_int_equal(r->norm.mm_excluded_ids, 1);
+    free(info);
+}
+
 typedef struct {
     char model[KVR_NAME_MAX], group[KVR_NAME_MAX];
     kvr_dump_store ev;
@@ -511,6 +542,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_engine_wide_media_exclusion, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wire_bytes_end_to_end, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lora_worker_seed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_eagle_worker_windows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dump_load_round_trip, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
