@@ -50,6 +50,16 @@ typedef struct kvr_match_ctx kvr_match_ctx;
 kvr_match_ctx *kvr_match_ctx_create(void);
 void kvr_match_ctx_destroy(kvr_match_ctx *ctx);
 
+/* Read-lock contention seen by the matches made through one ctx (a match
+ * first tries the lock and only times the wait when it has to block). */
+typedef struct {
+    uint64_t matches;
+    uint64_t waits;      /* matches that had to wait for a writer */
+    uint64_t wait_ns;    /* total time spent waiting */
+    uint64_t max_wait_ns;
+} kvr_match_ctx_stats;
+void kvr_match_ctx_stats_get(const kvr_match_ctx *ctx, kvr_match_ctx_stats *out);
+
 /* Matches local block hashes from the root. Returns the number of owners
  * with disk_blocks > 0; *out points into ctx, valid until its next use. */
 size_t kvr_index_match(kvr_index *idx, kvr_match_ctx *ctx, const uint64_t *local_hashes,

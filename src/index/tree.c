@@ -23,13 +23,13 @@ static int sync_nodes(kvr_index *idx)
     return 0;
 }
 
-static void child_place(uint64_t *t, uint32_t cap, uint64_t h, uint32_t id)
+static void child_place(uint64_t *t, uint32_t cap, uint64_t slot)
 {
     uint32_t mask = cap - 1;
-    uint32_t i = (uint32_t)h & mask;
+    uint32_t i = (uint32_t)(slot >> 32) & mask;
     while (t[i])
         i = (i + 1) & mask;
-    t[i] = (h >> 32) << 32 | id;
+    t[i] = slot;
 }
 
 static int child_resize(kvr_index *idx, uint32_t cap)
@@ -39,12 +39,9 @@ static int child_resize(kvr_index *idx, uint32_t cap)
         t = calloc(cap, sizeof *t);
         if (!t)
             return -1;
-        for (uint32_t i = 0; i < idx->child_cap; i++) {
-            uint32_t id = (uint32_t)idx->child[i];
-            if (id)
-                child_place(t, cap, kvr_child_hash(idx->nodes[id].parent, idx->nodes[id].local),
-                            id);
-        }
+        for (uint32_t i = 0; i < idx->child_cap; i++)
+            if (idx->child[i])
+                child_place(t, cap, idx->child[i]);
     }
     free(idx->child);
     idx->child = t;
@@ -59,7 +56,7 @@ static int child_insert(kvr_index *idx, uint32_t id)
         child_resize(idx, idx->child_cap ? idx->child_cap * 2 : CHILD_MIN) < 0)
         return -1;
     const kvr_node *nd = &idx->nodes[id];
-    child_place(idx->child, idx->child_cap, kvr_child_hash(nd->parent, nd->local), id);
+    child_place(idx->child, idx->child_cap, (uint64_t)kvr_child_tag(nd->parent, nd->local) << 32 | id);
     idx->child_len++;
     return 0;
 }
@@ -68,13 +65,13 @@ static void child_delete(kvr_index *idx, uint32_t id)
 {
     uint32_t mask = idx->child_cap - 1;
     const kvr_node *nd = &idx->nodes[id];
-    uint32_t i = (uint32_t)kvr_child_hash(nd->parent, nd->local) & mask;
-    while ((uint32_t)idx->child[i] != id)
+    uint64_t slot = (uint64_t)kvr_child_tag(nd->parent, nd->local) << 32 | id;
+    uint32_t i = (uint32_t)(slot >> 32) & mask;
+    while (idx->child[i] != slot)
         i = (i + 1) & mask;
     uint32_t hole = i;
     for (uint32_t j = (i + 1) & mask; idx->child[j]; j = (j + 1) & mask) {
-        const kvr_node *m = &idx->nodes[(uint32_t)idx->child[j]];
-        uint32_t h = (uint32_t)kvr_child_hash(m->parent, m->local) & mask;
+        uint32_t h = (uint32_t)(idx->child[j] >> 32) & mask;
         if (!kvr_probe_stays(hole, j, h)) {
             idx->child[hole] = idx->child[j];
             hole = j;

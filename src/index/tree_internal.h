@@ -44,7 +44,7 @@ struct kvr_index {
     kvr_node *nodes;
     uint32_t nodes_cap;
     kvr_ids node_ids;
-    uint64_t *child; /* slot: hash tag << 32 | node id; 0 = empty */
+    uint64_t *child; /* slot: tag << 32 | node id (see kvr_child_tag); 0 = empty */
     uint32_t child_cap, child_len;
     kvr_osets sets;
     kvr_owner_rec *owners;
@@ -56,9 +56,13 @@ struct kvr_index {
     size_t stack_cap;
 };
 
-static inline uint64_t kvr_child_hash(uint32_t parent, uint64_t local)
+/* Child table slots hold (tag << 32 | node id) where tag is the high half of
+ * the (parent, local) hash; the home slot is derived from the tag too, so
+ * probing, deletion and resizing never touch node memory except to confirm
+ * a tag match. */
+static inline uint32_t kvr_child_tag(uint32_t parent, uint64_t local)
 {
-    return kvr_mix64(local ^ ((uint64_t)parent * 0x9E3779B97F4A7C15ULL));
+    return (uint32_t)(kvr_mix64(local ^ ((uint64_t)parent * 0x9E3779B97F4A7C15ULL)) >> 32);
 }
 
 /* Child of parent with this local hash, KVR_NIL if none. */
@@ -66,10 +70,9 @@ static inline uint32_t kvr_tree_child(const struct kvr_index *idx, uint32_t pare
 {
     if (!idx->child_cap)
         return KVR_NIL;
-    uint64_t h = kvr_child_hash(parent, local);
+    uint32_t tag = kvr_child_tag(parent, local);
     uint32_t mask = idx->child_cap - 1;
-    uint32_t tag = (uint32_t)(h >> 32);
-    for (uint32_t i = (uint32_t)h & mask;; i = (i + 1) & mask) {
+    for (uint32_t i = tag & mask;; i = (i + 1) & mask) {
         uint64_t s = idx->child[i];
         if (!s)
             return KVR_NIL;

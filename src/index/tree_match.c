@@ -12,6 +12,7 @@
  * block, not one step per (block, owner). */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "index/tree_internal.h"
 
@@ -29,7 +30,34 @@ struct kvr_match_ctx {
     owner_state *st;
     kvr_match_entry *out;
     size_t out_cap;
+    kvr_match_ctx_stats stats;
 };
+
+void kvr_match_ctx_stats_get(const kvr_match_ctx *ctx, kvr_match_ctx_stats *out)
+{
+    *out = ctx->stats;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void read_lock(kvr_index *idx, kvr_match_ctx *ctx)
+{
+    ctx->stats.matches++;
+    if (pthread_rwlock_tryrdlock(&idx->lock) == 0)
+        return;
+    uint64_t t0 = now_ns();
+    pthread_rwlock_rdlock(&idx->lock);
+    uint64_t dt = now_ns() - t0;
+    ctx->stats.waits++;
+    ctx->stats.wait_ns += dt;
+    if (dt > ctx->stats.max_wait_ns)
+        ctx->stats.max_wait_ns = dt;
+}
 
 kvr_match_ctx *kvr_match_ctx_create(void) { return calloc(1, sizeof(kvr_match_ctx)); }
 
@@ -90,7 +118,7 @@ size_t kvr_index_match(kvr_index *idx, kvr_match_ctx *ctx, const uint64_t *local
         return 0;
     if (n > UINT32_MAX - 1)
         n = UINT32_MAX - 1;
-    pthread_rwlock_rdlock(&idx->lock);
+    read_lock(idx, ctx);
     size_t found = 0;
     uint32_t first = kvr_tree_child(idx, KVR_ROOT, local_hashes[0]);
     if (first == KVR_NIL)

@@ -1,0 +1,180 @@
+/* `kvrouter bench` (SPEC §9, issue 6): index throughput and match latency on
+ * a trace-driven event stream, with a checksum so two implementations can be
+ * compared on identical work. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "cli/commands.h"
+#include "sim/bench.h"
+
+static const char bench_usage[] =
+    "usage: kvrouter bench [--trace FILE] [--workers W] [--capacity BLOCKS]\n"
+    "                      [--block-size B] [--threads T] [--limit N] [--seed S]\n"
+    "                      [--emit-events OUT.jsonl] [--events FILE]\n"
+    "\n"
+    "Builds the event stream of a simulated fleet for a Mooncake trace (default\n"
+    "data/conversation_trace.jsonl): each request goes to a worker drawn uniformly\n"
+    "(seeded), each worker runs an LRU prefix cache of BLOCKS blocks (default 16384)\n"
+    "and publishes its stores/removes; one match per request precedes its store.\n"
+    "Then replays the stream through the index on one thread and reports ops/s\n"
+    "(events + matches), block ops/s, match latency, bytes per (worker, block)\n"
+    "ownership and a checksum (sum of matched gpu blocks over all matches and\n"
+    "workers). --threads T > 1 also replays events on one thread while T-1 threads\n"
+    "run the matches concurrently. --emit-events writes the stream as JSON lines;\n"
+    "--events replays such a file instead of building one. The last line of the\n"
+    "output is one JSON object.\n";
+
+static int bench_fail(const char *what, const char *arg)
+{
+    fprintf(stderr, "kvrouter bench: %s%s%s (try --help)\n", what, arg ? ": " : "",
+            arg ? arg : "");
+    return 2;
+}
+
+static int parse_num(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+    if (!s || *s < '0' || *s > '9')
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int kvr_cmd_bench(int argc, char **argv)
+{
+    const char *trace_path = "data/conversation_trace.jsonl", *emit = NULL, *events = NULL;
+    uint64_t workers = 1000, capacity = 16384, block_size = 16, threads = 1, limit = 0, seed = 42;
+    static const struct option opts[] = {
+        {"trace", required_argument, NULL, 't'},    {"workers", required_argument, NULL, 'w'},
+        {"capacity", required_argument, NULL, 'c'}, {"block-size", required_argument, NULL, 'b'},
+        {"threads", required_argument, NULL, 'T'},  {"limit", required_argument, NULL, 'l'},
+        {"seed", required_argument, NULL, 's'},     {"emit-events", required_argument, NULL, 'e'},
+        {"events", required_argument, NULL, 'E'},   {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        int bad = 0;
+        switch (ch) {
+        case 't': trace_path = optarg; break;
+        case 'e': emit = optarg; break;
+        case 'E': events = optarg; break;
+        case 'w': bad = parse_num(optarg, 1, 1u << 24, &workers); break;
+        case 'c': bad = parse_num(optarg, 1, UINT32_MAX - 1, &capacity); break;
+        case 'b': bad = parse_num(optarg, 1, 1u << 16, &block_size); break;
+        case 'T': bad = parse_num(optarg, 1, 256, &threads); break;
+        case 'l': bad = parse_num(optarg, 0, UINT32_MAX, &limit); break;
+        case 's': bad = parse_num(optarg, 0, UINT64_MAX, &seed); break;
+        case 'h': fputs(bench_usage, stdout); return 0;
+        default: return bench_fail("unknown option or missing value", argv[optind - 1]);
+        }
+        if (bad)
+            return bench_fail("bad value", argv[optind - 1]);
+    }
+    if (optind < argc)
+        return bench_fail("unexpected argument", argv[optind]);
+
+    kvr_bench_stream s;
+    char err[512];
+    double t0 = now_s();
+    if (events) {
+        if (kvr_bench_read_events(events, &s, err, sizeof err) < 0) {
+            fprintf(stderr, "kvrouter bench: %s\n", err);
+            return 1;
+        }
+    } else {
+        kvr_trace t;
+        if (kvr_trace_load(trace_path, (size_t)limit, &t, err, sizeof err) < 0) {
+            fprintf(stderr, "kvrouter bench: %s\n", err);
+            return 1;
+        }
+        kvr_bench_config cfg = {(uint32_t)workers, (size_t)capacity, (uint32_t)block_size, seed};
+        int rc = kvr_bench_build(&t, &cfg, &s);
+        kvr_trace_free(&t);
+        if (rc < 0) {
+            fprintf(stderr, "kvrouter bench: out of memory building the stream\n");
+            return 1;
+        }
+    }
+    double build_s = now_s() - t0;
+    if (emit) {
+        FILE *f = fopen(emit, "w");
+        if (!f || kvr_bench_write_events(&s, f) < 0) {
+            fprintf(stderr, "kvrouter bench: %s: %s\n", emit, strerror(errno));
+            if (f)
+                fclose(f);
+            kvr_bench_stream_free(&s);
+            return 1;
+        }
+        fclose(f);
+    }
+    kvr_bench_result r = {0};
+    if (kvr_bench_replay(&s, &r) < 0 ||
+        (threads > 1 && kvr_bench_replay_concurrent(&s, (int)threads, &r) < 0)) {
+        fprintf(stderr, "kvrouter bench: replay failed (out of memory?)\n");
+        kvr_bench_stream_free(&s);
+        return 1;
+    }
+    kvr_bench_stream_free(&s);
+
+    double ops = (double)(r.events + r.matches) / r.seconds;
+    double block_ops = (double)(r.event_blocks + r.match_blocks) / r.seconds;
+    double bpb = r.stats.ownerships ? (double)r.stats.bytes / (double)r.stats.ownerships : 0;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double rss_mb = (double)ru.ru_maxrss / 1024.0;
+
+    printf("stream      %s, %" PRIu64 " events + %" PRIu64 " matches, built in %.2f s\n",
+           events ? events : trace_path, r.events, r.matches, build_s);
+    printf("replay      1 thread: %.3f s, %.0f ops/s, %.0f block ops/s\n", r.seconds, ops,
+           block_ops);
+    printf("events      %" PRIu64 " blocks, parent_not_found %" PRIu64
+           ", unknown removes %" PRIu64 "\n",
+           r.event_blocks, r.parent_not_found, r.unknown_removes);
+    printf("match       p50 %.2f us, p99 %.2f us, max %.1f us (%.0f blocks/request)\n",
+           r.match_p50_us, r.match_p99_us, r.match_max_us,
+           r.matches ? (double)r.match_blocks / (double)r.matches : 0);
+    printf("index       %" PRIu64 " nodes, %" PRIu64 " ownerships, %" PRIu64
+           " owners, %.1f MB, %.1f bytes/ownership, %.1f bytes/node\n",
+           r.stats.nodes, r.stats.ownerships, r.stats.owners, (double)r.stats.bytes / 1048576.0,
+           bpb, r.stats.nodes ? (double)r.stats.bytes / (double)r.stats.nodes : 0);
+    if (threads > 1)
+        printf("concurrent  %d threads: %.0f events/s (writer), %.0f matches/s (%d readers), "
+               "match p50 %.2f us p99 %.2f us, reader waits %" PRIu64
+               " (total %.1f ms, max %.1f us)\n",
+               r.threads, r.conc_events_per_s, r.conc_matches_per_s, r.threads - 1,
+               r.conc_match_p50_us, r.conc_match_p99_us, r.reader_waits,
+               r.reader_wait_total_ms, r.reader_wait_max_us);
+    printf("{\"ops_per_s\": %.0f, \"block_ops_per_s\": %.0f, \"events\": %" PRIu64
+           ", \"matches\": %" PRIu64 ", \"match_p50_us\": %.3f, \"match_p99_us\": %.3f, "
+           "\"bytes_per_block\": %.2f, \"peak_rss_mb\": %.1f, \"checksum\": %" PRIu64,
+           ops, block_ops, r.events, r.matches, r.match_p50_us, r.match_p99_us, bpb, rss_mb,
+           r.checksum);
+    if (threads > 1)
+        printf(", \"threads\": %d, \"concurrent_events_per_s\": %.0f, "
+               "\"concurrent_matches_per_s\": %.0f, \"concurrent_match_p99_us\": %.3f, "
+               "\"reader_waits\": %" PRIu64 ", \"reader_wait_max_us\": %.1f",
+               r.threads, r.conc_events_per_s, r.conc_matches_per_s, r.conc_match_p99_us,
+               r.reader_waits, r.reader_wait_max_us);
+    printf("}\n");
+    return 0;
+}

@@ -1,0 +1,346 @@
+#include "sim/bench.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kvrouter/hash.h"
+#include "sim/prefix_cache.h"
+#include "util/u64map.h"
+
+void kvr_bench_stream_free(kvr_bench_stream *s)
+{
+    free(s->ops);
+    free(s->pool);
+    memset(s, 0, sizeof *s);
+}
+
+kvr_bench_op *kvr_bench_push_op(kvr_bench_stream *s, size_t pool_need)
+{
+    if (s->n == s->cap) {
+        size_t ncap = s->cap ? s->cap * 2 : 1024;
+        kvr_bench_op *n = realloc(s->ops, ncap * sizeof *n);
+        if (!n)
+            return NULL;
+        s->ops = n;
+        s->cap = ncap;
+    }
+    if (s->pool_len + pool_need > s->pool_cap) {
+        size_t ncap = s->pool_cap ? s->pool_cap : 1 << 16;
+        while (ncap < s->pool_len + pool_need)
+            ncap *= 2;
+        uint64_t *n = realloc(s->pool, ncap * sizeof *n);
+        if (!n)
+            return NULL;
+        s->pool = n;
+        s->pool_cap = ncap;
+    }
+    kvr_bench_op *op = &s->ops[s->n++];
+    memset(op, 0, sizeof *op);
+    op->off = s->pool_len;
+    s->pool_len += pool_need;
+    return op;
+}
+
+/* ---- building the stream ---- */
+
+typedef struct {
+    kvr_bench_stream *s;
+    uint64_t worker;
+    const uint64_t *keys, *locals; /* the current request's chain keys and local hashes */
+    bool oom;
+} sink_ctx;
+
+static void on_evicted(void *ud, const uint64_t *keys, size_t n)
+{
+    sink_ctx *c = ud;
+    kvr_bench_op *op = kvr_bench_push_op(c->s, n);
+    if (!op) {
+        c->oom = true;
+        return;
+    }
+    op->kind = KVR_BOP_REMOVE;
+    op->tier = KVR_TIER_GPU;
+    op->worker = c->worker;
+    op->n = (uint32_t)n;
+    memcpy(c->s->pool + op->off, keys, n * sizeof *keys);
+}
+
+static void on_stored(void *ud, bool has_parent, uint64_t parent, const uint64_t *keys, size_t n)
+{
+    sink_ctx *c = ud;
+    kvr_bench_op *op = kvr_bench_push_op(c->s, 2 * n);
+    if (!op) {
+        c->oom = true;
+        return;
+    }
+    op->kind = KVR_BOP_STORE;
+    op->tier = KVR_TIER_GPU;
+    op->worker = c->worker;
+    op->has_parent = has_parent;
+    op->parent = parent;
+    op->n = (uint32_t)n;
+    size_t first = (size_t)(keys - c->keys); /* the sink hands out a suffix of our keys */
+    memcpy(c->s->pool + op->off, keys, n * sizeof *keys);
+    memcpy(c->s->pool + op->off + n, c->locals + first, n * sizeof *keys);
+}
+
+int kvr_bench_build(const kvr_trace *t, const kvr_bench_config *cfg, kvr_bench_stream *out)
+{
+    memset(out, 0, sizeof *out);
+    if (cfg->workers == 0 || cfg->block_size == 0)
+        return -1;
+    kvr_prefix_cache **caches = calloc(cfg->workers, sizeof *caches);
+    size_t max_tokens = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        size_t m = (size_t)t->reqs[i].n_hash_ids * KVR_TRACE_BLOCK_TOKENS;
+        if (m > max_tokens)
+            max_tokens = m;
+    }
+    uint32_t *tokens = malloc((max_tokens + 1) * sizeof *tokens);
+    size_t max_blocks = max_tokens / cfg->block_size + 1;
+    uint64_t *locals = malloc(max_blocks * sizeof *locals);
+    uint64_t *keys = malloc(max_blocks * sizeof *keys);
+    int rc = -1;
+    if (!caches || !tokens || !locals || !keys)
+        goto out;
+    uint64_t rng = cfg->seed ? cfg->seed : 1;
+    for (size_t i = 0; i < t->n; i++) {
+        /* splitmix64: uniform worker choice, reproducible from the seed */
+        rng += 0x9E3779B97F4A7C15ULL;
+        uint64_t w = kvr_mix64(rng) % cfg->workers;
+        size_t nt = kvr_trace_tokens(&t->reqs[i], tokens, max_tokens);
+        size_t nb = kvr_hash_blocks(tokens, nt, cfg->block_size, false, KVR_HASH_SEED, locals,
+                                    max_blocks);
+        if (nb == 0)
+            continue;
+        for (size_t b = 0; b < nb; b++)
+            keys[b] = b ? kvr_hash_chain(keys[b - 1], locals[b]) : locals[0];
+        kvr_bench_op *op = kvr_bench_push_op(out, nb);
+        if (!op)
+            goto out;
+        op->kind = KVR_BOP_MATCH;
+        op->n = (uint32_t)nb;
+        memcpy(out->pool + op->off, locals, nb * sizeof *locals);
+        if (!caches[w] && !(caches[w] = kvr_prefix_cache_create(cfg->capacity)))
+            goto out;
+        sink_ctx sc = {out, w, keys, locals, false};
+        kvr_prefix_cache_sink sink = {on_stored, on_evicted, &sc};
+        kvr_prefix_cache_insert(caches[w], keys, nb, &sink);
+        if (sc.oom)
+            goto out;
+    }
+    rc = 0;
+out:
+    if (caches)
+        for (uint32_t w = 0; w < cfg->workers; w++)
+            kvr_prefix_cache_destroy(caches[w]);
+    free(caches);
+    free(tokens);
+    free(locals);
+    free(keys);
+    if (rc < 0)
+        kvr_bench_stream_free(out);
+    return rc;
+}
+
+/* ---- replay ---- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double percentile(double *v, size_t n, double p)
+{
+    if (n == 0)
+        return 0;
+    qsort(v, n, sizeof *v, cmp_double);
+    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
+    return v[i < n ? i : n - 1];
+}
+
+/* Owner id per op, created up front so the timed loop only replays. */
+static kvr_owner *map_owners(kvr_index *idx, const kvr_bench_stream *s)
+{
+    kvr_owner *o = malloc((s->n ? s->n : 1) * sizeof *o);
+    if (!o)
+        return NULL;
+    for (size_t i = 0; i < s->n; i++)
+        o[i] = s->ops[i].kind == KVR_BOP_MATCH
+                   ? KVR_OWNER_NONE
+                   : kvr_index_owner(idx, s->ops[i].worker, s->ops[i].rank);
+    return o;
+}
+
+static void apply_event(kvr_index *idx, const kvr_bench_stream *s, const kvr_bench_op *op,
+                        kvr_owner o, kvr_bench_result *r)
+{
+    const uint64_t *p = s->pool + op->off;
+    switch (op->kind) {
+    case KVR_BOP_STORE:
+        if (kvr_index_store(idx, o, (kvr_tier)op->tier, op->has_parent, op->parent, p, p + op->n,
+                            op->n) != KVR_DROP_NONE)
+            r->parent_not_found++;
+        break;
+    case KVR_BOP_REMOVE:
+        r->unknown_removes += kvr_index_remove(idx, o, (kvr_tier)op->tier, p, op->n);
+        break;
+    case KVR_BOP_CLEAR:
+        kvr_index_clear_owner(idx, o);
+        break;
+    default:
+        break;
+    }
+}
+
+int kvr_bench_replay(const kvr_bench_stream *s, kvr_bench_result *r)
+{
+    kvr_index *idx = kvr_index_create();
+    kvr_match_ctx *ctx = kvr_match_ctx_create();
+    kvr_owner *owners = idx ? map_owners(idx, s) : NULL;
+    double *lat = malloc((s->n ? s->n : 1) * sizeof *lat);
+    int rc = -1;
+    if (!idx || !ctx || !owners || !lat)
+        goto out;
+    r->events = r->matches = r->event_blocks = r->match_blocks = r->checksum = 0;
+    r->parent_not_found = r->unknown_removes = 0;
+    double t0 = now_s();
+    for (size_t i = 0; i < s->n; i++) {
+        const kvr_bench_op *op = &s->ops[i];
+        if (op->kind != KVR_BOP_MATCH) {
+            apply_event(idx, s, op, owners[i], r);
+            r->events++;
+            r->event_blocks += op->n;
+            continue;
+        }
+        const kvr_match_entry *res;
+        double a = now_s();
+        size_t k = kvr_index_match(idx, ctx, s->pool + op->off, op->n, &res);
+        lat[r->matches++] = now_s() - a;
+        r->match_blocks += op->n;
+        for (size_t j = 0; j < k; j++)
+            r->checksum += res[j].gpu_blocks;
+    }
+    r->seconds = now_s() - t0;
+    kvr_index_stats_get(idx, &r->stats);
+    r->match_p50_us = percentile(lat, r->matches, 0.50) * 1e6;
+    r->match_p99_us = percentile(lat, r->matches, 0.99) * 1e6;
+    r->match_max_us = r->matches ? lat[r->matches - 1] * 1e6 : 0;
+    rc = 0;
+out:
+    free(lat);
+    free(owners);
+    kvr_match_ctx_destroy(ctx);
+    kvr_index_destroy(idx);
+    return rc;
+}
+
+/* ---- concurrent replay: events on one thread, matches on the others ---- */
+
+typedef struct {
+    const kvr_bench_stream *s;
+    kvr_index *idx;
+    size_t first, step; /* this reader's share of the match ops */
+    double *lat;
+    size_t nlat;
+    kvr_match_ctx_stats wait;
+    double seconds;
+} reader_arg;
+
+static void *reader_main(void *p)
+{
+    reader_arg *a = p;
+    kvr_match_ctx *ctx = kvr_match_ctx_create();
+    if (!ctx)
+        return NULL;
+    double t0 = now_s();
+    size_t seen = 0;
+    for (size_t i = 0; i < a->s->n; i++) {
+        const kvr_bench_op *op = &a->s->ops[i];
+        if (op->kind != KVR_BOP_MATCH || seen++ % a->step != a->first)
+            continue;
+        const kvr_match_entry *res;
+        double b = now_s();
+        kvr_index_match(a->idx, ctx, a->s->pool + op->off, op->n, &res);
+        a->lat[a->nlat++] = now_s() - b;
+    }
+    a->seconds = now_s() - t0;
+    kvr_match_ctx_stats_get(ctx, &a->wait);
+    kvr_match_ctx_destroy(ctx);
+    return NULL;
+}
+
+int kvr_bench_replay_concurrent(const kvr_bench_stream *s, int threads, kvr_bench_result *r)
+{
+    r->threads = threads;
+    if (threads < 2)
+        return 0;
+    int nr = threads - 1;
+    kvr_index *idx = kvr_index_create();
+    kvr_owner *owners = idx ? map_owners(idx, s) : NULL;
+    reader_arg *ra = calloc((size_t)nr, sizeof *ra);
+    pthread_t *th = calloc((size_t)nr, sizeof *th);
+    double *lat = malloc((s->n ? s->n : 1) * sizeof *lat);
+    int rc = -1, started = 0;
+    if (!idx || !owners || !ra || !th || !lat)
+        goto out;
+    for (int t = 0; t < nr; t++) {
+        ra[t] = (reader_arg){s, idx, (size_t)t, (size_t)nr, lat, 0, {0}, 0};
+        ra[t].lat = malloc((s->n ? s->n : 1) * sizeof(double));
+        if (!ra[t].lat || pthread_create(&th[t], NULL, reader_main, &ra[t]) != 0)
+            break;
+        started++;
+    }
+    double t0 = now_s();
+    kvr_bench_result scratch = {0};
+    uint64_t events = 0;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->ops[i].kind != KVR_BOP_MATCH) {
+            apply_event(idx, s, &s->ops[i], owners[i], &scratch);
+            events++;
+        }
+    double ingest = now_s() - t0;
+    size_t nl = 0;
+    uint64_t matches = 0;
+    double reader_s = 0;
+    r->reader_waits = 0;
+    r->reader_wait_total_ms = r->reader_wait_max_us = 0;
+    for (int t = 0; t < started; t++) {
+        pthread_join(th[t], NULL);
+        memcpy(lat + nl, ra[t].lat, ra[t].nlat * sizeof *lat);
+        nl += ra[t].nlat;
+        matches += ra[t].nlat;
+        if (ra[t].seconds > reader_s)
+            reader_s = ra[t].seconds;
+        r->reader_waits += ra[t].wait.waits;
+        r->reader_wait_total_ms += (double)ra[t].wait.wait_ns / 1e6;
+        if ((double)ra[t].wait.max_wait_ns / 1e3 > r->reader_wait_max_us)
+            r->reader_wait_max_us = (double)ra[t].wait.max_wait_ns / 1e3;
+    }
+    r->conc_seconds = now_s() - t0;
+    r->conc_events_per_s = ingest > 0 ? (double)events / ingest : 0;
+    r->conc_matches_per_s = reader_s > 0 ? (double)matches / reader_s : 0;
+    r->conc_match_p50_us = percentile(lat, nl, 0.50) * 1e6;
+    r->conc_match_p99_us = percentile(lat, nl, 0.99) * 1e6;
+    rc = started == nr ? 0 : -1;
+out:
+    if (ra)
+        for (int t = 0; t < nr; t++)
+            free(ra[t].lat);
+    free(ra);
+    free(th);
+    free(lat);
+    free(owners);
+    kvr_index_destroy(idx);
+    return rc;
+}

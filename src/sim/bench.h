@@ -1,0 +1,77 @@
+/* `kvrouter bench` (SPEC §9): builds the event stream a fleet of mock
+ * engines would publish for a trace, then replays it through the index API
+ * and measures it. The stream is explicit (and can be written as JSON lines)
+ * so another implementation can replay exactly the same work. */
+#ifndef KVR_SIM_BENCH_H
+#define KVR_SIM_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kvrouter/common.h"
+#include "kvrouter/index.h"
+#include "sim/trace.h"
+
+typedef enum { KVR_BOP_STORE = 0, KVR_BOP_REMOVE, KVR_BOP_CLEAR, KVR_BOP_MATCH } kvr_bench_op_kind;
+
+typedef struct {
+    uint8_t kind;
+    uint8_t tier;
+    bool has_parent;
+    uint32_t rank;
+    uint32_t n;      /* blocks (store), hashes (remove, match) */
+    uint64_t worker;
+    uint64_t parent;
+    size_t off;      /* into pool: store = n engine then n local; remove/match = n hashes */
+} kvr_bench_op;
+
+typedef struct {
+    kvr_bench_op *ops;
+    size_t n, cap;
+    uint64_t *pool;
+    size_t pool_len, pool_cap;
+} kvr_bench_stream;
+
+typedef struct {
+    uint32_t workers;
+    size_t capacity;     /* blocks per mock engine */
+    uint32_t block_size;
+    uint64_t seed;       /* worker assignment */
+} kvr_bench_config;
+
+void kvr_bench_stream_free(kvr_bench_stream *s);
+/* Requests in trace order, each on a worker drawn uniformly (seeded); one
+ * match (the request's local hashes) then the engine's remove/store events
+ * for it. Engine hashes are chain keys (kvr_hash_chain). 0 ok, -1 OOM. */
+int kvr_bench_build(const kvr_trace *t, const kvr_bench_config *cfg, kvr_bench_stream *out);
+
+/* JSON lines, one op each, u64 as decimal integers (bench_events.c). */
+int kvr_bench_write_events(const kvr_bench_stream *s, FILE *f);
+/* Returns 0, or -1 with err naming the line and field. */
+int kvr_bench_read_events(const char *path, kvr_bench_stream *out, char *err, size_t errlen);
+
+typedef struct {
+    /* sequential replay on one thread */
+    double seconds;
+    uint64_t events, matches, event_blocks, match_blocks;
+    uint64_t parent_not_found, unknown_removes;
+    double match_p50_us, match_p99_us, match_max_us;
+    uint64_t checksum; /* sum of gpu_blocks over all match entries, mod 2^64 */
+    kvr_index_stats stats;
+    /* concurrent replay (threads > 1): one writer, threads-1 readers */
+    int threads;
+    double conc_seconds, conc_events_per_s, conc_matches_per_s;
+    double conc_match_p50_us, conc_match_p99_us;
+    uint64_t reader_waits;
+    double reader_wait_total_ms, reader_wait_max_us;
+} kvr_bench_result;
+
+int kvr_bench_replay(const kvr_bench_stream *s, kvr_bench_result *r);
+int kvr_bench_replay_concurrent(const kvr_bench_stream *s, int threads, kvr_bench_result *r);
+
+/* Internal: append helpers shared by the builder and the reader. */
+kvr_bench_op *kvr_bench_push_op(kvr_bench_stream *s, size_t pool_need);
+
+#endif
