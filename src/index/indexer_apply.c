@@ -222,12 +222,21 @@ void kvr_indexer_apply(kvr_indexer *ix, kvr_worker *w, uint32_t rank, const kvr_
     }
     pthread_mutex_lock(&r->mu);
     r->batches++;
-    for (uint32_t i = 0; i < b->n_events; i++)
-        apply_event(w, r, &b->events[i]);
-    bool wide = kvr_normalizer_wide_seen(r->norm);
     pthread_mutex_unlock(&r->mu);
-    if (wide)
-        atomic_store(&w->wide_seen, true);
+    /* The rank lock is taken per event so /workers snapshots and clears
+     * interleave with a long batch instead of waiting for all of it. */
+    bool wide = atomic_load(&w->wide_seen);
+    for (uint32_t i = 0; i < b->n_events; i++) {
+        pthread_mutex_lock(&r->mu);
+        apply_event(w, r, &b->events[i]);
+        bool now = kvr_normalizer_wide_seen(r->norm);
+        pthread_mutex_unlock(&r->mu);
+        if (now && !wide) {
+            /* callers stop sending image hashes from the next request on */
+            atomic_store(&w->wide_seen, true);
+            wide = true;
+        }
+    }
     pthread_rwlock_unlock(&ix->lock);
 }
 
