@@ -5,6 +5,7 @@
 #define KVR_SOURCE_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "kvrouter/source.h"
 
@@ -59,7 +60,7 @@ struct kvr_source {
     int wake_fd;
     pthread_t thread;
     bool thread_started;
-    volatile int stop;
+    _Atomic int stop;
 
     pthread_mutex_t mu; /* guards cmd queue */
     pthread_cond_t cond;

@@ -35,7 +35,8 @@ static int setup_with(void **state, uint32_t replay_timeout_ms)
     return 0;
 }
 
-static int setup(void **state) { return setup_with(state, 300); }
+/* Long enough for a replay on a loaded 2-core box; the timeout test waits it out. */
+static int setup(void **state) { return setup_with(state, 1000); }
 /* A replay that outlives any test step. */
 static int setup_long_replay(void **state) { return setup_with(state, 60000); }
 
@@ -150,6 +151,41 @@ static void test_kimi_wide_exclusion(void **state)
     assert_string_equal(json_string_value(json_object_get(caps, "mm_identity")), "engine_wide");
     assert_true(json_is_false(json_object_get(caps, "accepts_mm_hashes")));
     json_decref(w);
+    th_engine_stop(&e);
+}
+
+static json_t *caps_of(fixture *f, json_t **root)
+{
+    *root = th_json("GET", f->base, "/workers", NULL, NULL);
+    return json_object_get(json_array_get(json_object_get(*root, "workers"), 0), "capabilities");
+}
+
+/* auto: legacy (accepting mm hashes) until the first wide id, then
+ * engine_wide, and /workers says so. */
+static void test_auto_mode_detection(void **state)
+{
+    fixture *f = *state;
+    th_engine e;
+    th_engine_start(&e);
+    reg(f, 8, 0, &e, false, ", \"mm_identity\": \"auto\"");
+    assert_true(th_engine_wait_sub(&e, WAIT));
+    json_t *root;
+    json_t *caps = caps_of(f, &root);
+    assert_string_equal(json_string_value(json_object_get(caps, "detected_mm_identity")), "legacy");
+    assert_true(json_is_true(json_object_get(caps, "accepts_mm_hashes")));
+    json_decref(root);
+    chain c;
+    make_chain(&c, 250, 2500, 2);
+    c.tokens[BS] = 1ull << 33;
+    send_store(&e, 0, &c, 0, 2, true);
+    assert_true(th_wait_counter(f->base, 8, "m", "wide_tokens_seen", 1, WAIT) >= 1);
+    assert_int_equal(th_wait_score(f->base, "m", c.local, 2, 8, 0, BS, WAIT), BS);
+    caps = caps_of(f, &root);
+    assert_string_equal(json_string_value(json_object_get(caps, "mm_identity")), "auto");
+    assert_string_equal(json_string_value(json_object_get(caps, "detected_mm_identity")),
+                        "engine_wide");
+    assert_true(json_is_false(json_object_get(caps, "accepts_mm_hashes")));
+    json_decref(root);
     th_engine_stop(&e);
 }
 
@@ -460,6 +496,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_text_prefix_remove_clear, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kimi_wide_exclusion, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_auto_mode_detection, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_workers_two_ranks_isolated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_event_malformed_batch_bad_frames, setup,
                                         teardown),
