@@ -33,4 +33,13 @@ void kvr_api_route(kvr_server *srv, json_t *body, kvr_api_reply *reply);
 void kvr_api_prefill_done(kvr_server *srv, json_t *body, kvr_api_reply *reply);
 void kvr_api_free(kvr_server *srv, json_t *body, kvr_api_reply *reply);
 
+/* Raw-body variants of POST /query and /route: the same replies, but
+ * token_ids is scanned without a JSON DOM (jansson spends ~0.4 us per token,
+ * most of a /route). The core may dispatch these two paths here instead of
+ * parsing the body itself. */
+typedef void (*kvr_api_raw_fn)(kvr_server *srv, const char *body, size_t len,
+                               kvr_api_reply *reply);
+void kvr_api_query_raw(kvr_server *srv, const char *body, size_t len, kvr_api_reply *reply);
+void kvr_api_route_raw(kvr_server *srv, const char *body, size_t len, kvr_api_reply *reply);
+
 #endif

@@ -10,6 +10,7 @@
 #include "kvrouter/route.h"
 #include "server/api.h"
 #include "server/json_util.h"
+#include "server/route_body.h"
 #include "server/scores_json.h"
 
 typedef struct {
@@ -114,23 +115,8 @@ static bool parse_items(json_t *arr, parsed *p, kvr_api_reply *reply)
     return true;
 }
 
-/* The /query fields, shared by /route. */
-static bool parse_query(json_t *body, parsed *p, kvr_api_reply *reply)
+static bool parse_tokens_json(json_t *body, parsed *p, kvr_api_reply *reply)
 {
-    kvr_json_err e = {{0}};
-    memset(p, 0, sizeof *p);
-    if (!json_is_object(body)) {
-        kvr_api_error(reply, 400, "body must be a JSON object");
-        return false;
-    }
-    if (!kvr_json_get_str(body, "model_name", true, true, KVR_NAME_MAX, &p->q.model_name, &e) ||
-        !kvr_json_get_str(body, "routing_group", false, true, KVR_NAME_MAX, &p->q.routing_group,
-                          &e) ||
-        !kvr_json_get_str(body, "lora_name", false, false, KVR_NAME_MAX, &p->q.lora_name, &e) ||
-        !kvr_json_get_str(body, "cache_salt", false, false, KVR_NAME_MAX, &p->q.cache_salt, &e)) {
-        kvr_api_error(reply, 400, "%s", e.msg);
-        return false;
-    }
     json_t *arr = json_object_get(body, "token_ids");
     if (!json_is_array(arr) || json_array_size(arr) == 0) {
         kvr_api_error(reply, 400, "field 'token_ids' must be a non-empty array of u32");
@@ -156,8 +142,40 @@ static bool parse_query(json_t *body, parsed *p, kvr_api_reply *reply)
         }
         p->tokens[i] = (uint32_t)v;
     }
-    p->q.token_ids = p->tokens;
     p->q.n_tokens = n;
+    return true;
+}
+
+/* The /query fields, shared by /route. fast: token_ids already scanned by
+ * kvr_route_body_parse (its array in body is then empty), or NULL. */
+static bool parse_query(json_t *body, kvr_route_body *fast, parsed *p, kvr_api_reply *reply)
+{
+    kvr_json_err e = {{0}};
+    memset(p, 0, sizeof *p);
+    if (!json_is_object(body)) {
+        kvr_api_error(reply, 400, "body must be a JSON object");
+        return false;
+    }
+    if (!kvr_json_get_str(body, "model_name", true, true, KVR_NAME_MAX, &p->q.model_name, &e) ||
+        !kvr_json_get_str(body, "routing_group", false, true, KVR_NAME_MAX, &p->q.routing_group,
+                          &e) ||
+        !kvr_json_get_str(body, "lora_name", false, false, KVR_NAME_MAX, &p->q.lora_name, &e) ||
+        !kvr_json_get_str(body, "cache_salt", false, false, KVR_NAME_MAX, &p->q.cache_salt, &e)) {
+        kvr_api_error(reply, 400, "%s", e.msg);
+        return false;
+    }
+    if (fast && fast->tokens) {
+        if (fast->n_tokens == 0) {
+            kvr_api_error(reply, 400, "field 'token_ids' must be a non-empty array of u32");
+            return false;
+        }
+        p->tokens = fast->tokens; /* ownership moves */
+        p->q.n_tokens = fast->n_tokens;
+        fast->tokens = NULL;
+        fast->n_tokens = 0;
+    } else if (!parse_tokens_json(body, p, reply))
+        return false;
+    p->q.token_ids = p->tokens;
     json_t *items = json_object_get(body, "mm_items");
     if (items && !json_is_null(items) && !parse_items(items, p, reply))
         return false;
@@ -169,10 +187,11 @@ static void route_error(kvr_api_reply *reply, kvr_route_status st, const char *m
     kvr_api_error(reply, kvr_route_status_http(st), "%s", msg);
 }
 
-void kvr_api_query(kvr_server *srv, json_t *body, kvr_api_reply *reply)
+static void query_common(kvr_server *srv, json_t *body, kvr_route_body *fast,
+                         kvr_api_reply *reply)
 {
     parsed p;
-    if (!parse_query(body, &p, reply)) {
+    if (!parse_query(body, fast, &p, reply)) {
         parsed_free(&p);
         return;
     }
@@ -216,9 +235,10 @@ static bool get_number(json_t *body, const char *key, bool *has, double *out, kv
     return true;
 }
 
-static bool parse_route(json_t *body, parsed *p, kvr_route_request *rq, kvr_api_reply *reply)
+static bool parse_route(json_t *body, kvr_route_body *fast, parsed *p, kvr_route_request *rq,
+                        kvr_api_reply *reply)
 {
-    if (!parse_query(body, p, reply))
+    if (!parse_query(body, fast, p, reply))
         return false;
     memset(rq, 0, sizeof *rq);
     rq->q = p->q;
@@ -315,11 +335,12 @@ static json_t *decision_json(const kvr_route_request *rq, const kvr_route_decisi
     return o;
 }
 
-void kvr_api_route(kvr_server *srv, json_t *body, kvr_api_reply *reply)
+static void route_common(kvr_server *srv, json_t *body, kvr_route_body *fast,
+                         kvr_api_reply *reply)
 {
     parsed p;
     kvr_route_request rq;
-    if (!parse_route(body, &p, &rq, reply)) {
+    if (!parse_route(body, fast, &p, &rq, reply)) {
         parsed_free(&p);
         return;
     }
@@ -338,6 +359,39 @@ void kvr_api_route(kvr_server *srv, json_t *body, kvr_api_reply *reply)
     }
     kvr_route_decision_free(&d);
     parsed_free(&p);
+}
+
+void kvr_api_query(kvr_server *srv, json_t *body, kvr_api_reply *reply)
+{
+    query_common(srv, body, NULL, reply);
+}
+
+void kvr_api_route(kvr_server *srv, json_t *body, kvr_api_reply *reply)
+{
+    route_common(srv, body, NULL, reply);
+}
+
+static void raw_call(kvr_server *srv, const char *buf, size_t len, kvr_api_reply *reply,
+                     void (*fn)(kvr_server *, json_t *, kvr_route_body *, kvr_api_reply *))
+{
+    kvr_route_body fb;
+    if (kvr_route_body_parse(buf ? buf : "", buf ? len : 0, KVR_ROUTE_MAX_TOKENS, &fb) < 0) {
+        kvr_api_error(reply, fb.status, "%s", fb.error);
+        return;
+    }
+    reply->status = 200;
+    fn(srv, fb.rest, &fb, reply);
+    kvr_route_body_free(&fb);
+}
+
+void kvr_api_query_raw(kvr_server *srv, const char *body, size_t len, kvr_api_reply *reply)
+{
+    raw_call(srv, body, len, reply, query_common);
+}
+
+void kvr_api_route_raw(kvr_server *srv, const char *body, size_t len, kvr_api_reply *reply)
+{
+    raw_call(srv, body, len, reply, route_common);
 }
 
 static void booking_call(kvr_server *srv, json_t *body, kvr_api_reply *reply, bool release)
