@@ -84,6 +84,9 @@ int kvr_source_run(kvr_source *src, kvr_source_fn fn, void *arg);
  * 2 restarted, -1 on error (bad endpoint: nothing changed). */
 int kvr_source_listen(kvr_source *src, kvr_worker *w, uint64_t worker_id, uint32_t rank,
                       const char *endpoint, const char *replay_endpoint, const char *topic);
+/* Whether a ZeroMQ socket can connect to endpoint (syntax, transport);
+ * lets callers reject a registration before changing anything. */
+bool kvr_source_endpoint_valid(kvr_source *src, const char *endpoint);
 /* Inside kvr_source_run. Stops the listener of (w, rank), or every listener
  * of w when rank == UINT32_MAX. Returns how many were stopped. */
 size_t kvr_source_unlisten(kvr_source *src, kvr_worker *w, uint32_t rank);

@@ -15,6 +15,7 @@ typedef struct {
     /* results */
     kvr_reg_result res;
     int listen_rc;
+    const char *bad_field; /* endpoint that cannot be connected: nothing changed */
     kvr_worker_info info;
 } reg_op;
 
@@ -23,6 +24,14 @@ static void do_register(kvr_source *src, void *arg)
     reg_op *op = arg;
     kvr_indexer *ix = kvr_source_indexer(src);
     kvr_worker *w = NULL;
+    if (!kvr_source_endpoint_valid(src, op->endpoint)) {
+        op->bad_field = "endpoint";
+        return;
+    }
+    if (op->replay_endpoint[0] && !kvr_source_endpoint_valid(src, op->replay_endpoint)) {
+        op->bad_field = "replay_endpoint";
+        return;
+    }
     kvr_worker *existed = kvr_indexer_find(ix, op->s.model_name, op->s.routing_group,
                                            op->s.worker_id);
     op->res = kvr_indexer_register(ix, &op->s, &w);
@@ -87,6 +96,12 @@ void kvr_api_register(kvr_server *srv, json_t *body, kvr_api_reply *reply)
     }
     if (kvr_source_run(srv->src, do_register, &op) != 0) {
         kvr_api_error(reply, 503, "ingest thread is not running");
+        return;
+    }
+    if (op.bad_field) {
+        kvr_api_error(reply, 400, "field '%s': cannot connect a ZeroMQ socket to '%s'",
+                      op.bad_field,
+                      strcmp(op.bad_field, "endpoint") == 0 ? op.endpoint : op.replay_endpoint);
         return;
     }
     switch (op.res) {

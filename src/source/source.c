@@ -376,6 +376,18 @@ static void *open_sub(kvr_source *src, const char *endpoint, const char *topic)
     return s;
 }
 
+bool kvr_source_endpoint_valid(kvr_source *src, const char *endpoint)
+{
+    void *s = zmq_socket(src->zctx, ZMQ_DEALER);
+    if (!s)
+        return false;
+    int zero = 0;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    bool ok = zmq_connect(s, endpoint) == 0;
+    zmq_close(s);
+    return ok;
+}
+
 static bool copy_str(char *dst, size_t cap, const char *s)
 {
     s = s ? s : "";

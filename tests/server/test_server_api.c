@@ -174,6 +174,19 @@ static void test_register_semantics(void **state)
     assert_int_equal(post(&s, "/register", body, err, sizeof err), 409);
     assert_non_null(strstr(err, "block_size"));
 
+    /* A failed request touches nothing: changed settings with an endpoint
+     * (or replay endpoint) no socket can connect to. */
+    snprintf(body, sizeof body,
+             "{\"instance_id\": 1, \"endpoint\": \"tcp://127.0.0.1\", \"model_name\": \"m\", "
+             "\"block_size\": %d, \"mm_identity\": \"engine_wide\"}", BS);
+    assert_int_equal(post(&s, "/register", body, err, sizeof err), 400);
+    assert_non_null(strstr(err, "'endpoint'"));
+    reg_body(body, sizeof body, 1, &e, BS,
+             ", \"mm_identity\": \"engine_wide\", \"replay_endpoint\": \"bogus://x\"");
+    assert_int_equal(post(&s, "/register", body, err, sizeof err), 400);
+    assert_non_null(strstr(err, "'replay_endpoint'"));
+    assert_int_equal(th_score(s.base, "m", local, 2, 1, 0), 2 * BS);
+
     /* Changed mm_identity: reset, said so, state cleared. */
     reg_body(body, sizeof body, 1, &e, BS, ", \"mm_identity\": \"engine_wide\"");
     assert_int_equal(th_register(s.base, body, &r), 200);
