@@ -461,7 +461,7 @@ int kvr_sim_run(const kvr_sim_config *cfg, const kvr_sim_workload *wl, kvr_sim_p
             snprintf(err, errlen, "out of memory");
             goto done;
         }
-        if (cfg->log && (i + 1) % 200 == 0)
+        if (cfg->log && n >= 4 && (i + 1) % (n / 4) == 0)
             fprintf(cfg->log, "  %s: %zu/%zu requests\n", kvr_sim_policy_name(pol), i + 1, n);
     }
     drain_until(&s, INFINITY);
