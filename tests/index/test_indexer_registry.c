@@ -385,6 +385,32 @@ static void test_unregister_removes_everything(void **state)
     kvr_indexer_destroy(ix);
 }
 
+/* A bad dp_rank field cannot grow a worker's state without bound. */
+static void test_rank_count_bounded(void **state)
+{
+    (void)state;
+    kvr_indexer *ix = kvr_indexer_create();
+    kvr_worker_settings s = settings(1, KVR_MM_LEGACY);
+    kvr_worker *w = reg_ok(ix, &s, KVR_REG_CREATED);
+    kvr_batch b = batch_of(NULL, 0);
+    b.has_dp_rank = true;
+    for (uint32_t r = 0; r < KVR_MAX_DP_RANKS + 5; r++) {
+        b.dp_rank = r * 7919u;
+        kvr_indexer_apply(ix, w, 0, &b);
+    }
+    b.dp_rank = 0; /* known ranks still apply */
+    kvr_indexer_apply(ix, w, 0, &b);
+    kvr_worker_info *info = info_of(ix, w);
+    assert_int_equal(info->n_ranks_total, KVR_MAX_DP_RANKS);
+    assert_int_equal(info->n_ranks, KVR_MAX_RANKS_INFO);
+    assert_int_equal(info->batches_rejected, 5);
+    assert_int_equal(info->ranks[0].dp_rank, 0);
+    assert_int_equal(info->ranks[0].batches, 2);
+    assert_int_equal(info->ranks[1].dp_rank, 7919u);
+    free(info);
+    kvr_indexer_destroy(ix);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -397,6 +423,7 @@ int main(void)
         cmocka_unit_test(test_accepts_mm_hashes_defaults),
         cmocka_unit_test(test_caps_and_list),
         cmocka_unit_test(test_unregister_removes_everything),
+        cmocka_unit_test(test_rank_count_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
