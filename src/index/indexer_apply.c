@@ -173,7 +173,7 @@ static void apply_remove(kvr_worker *w, kvr_rank_state *r, const kvr_norm_event 
     for (size_t i = 0; i < unknown; i++)
         kvr_normalizer_count_drop(r->norm, KVR_DROP_BLOCK_NOT_FOUND);
     r->blocks_removed += n - (unknown < n ? unknown : n);
-    kvr_convert_removed(r->conv, ne->block_hashes, n);
+    kvr_convert_removed_tier(r->conv, ne->tier, ne->block_hashes, n);
 }
 
 /* events_* count what the engine sent (a store the normalizer turned into

@@ -359,6 +359,32 @@ static void test_lora_worker_seed(void **state)
     assert_int_equal(match_seed(ix, 3, 0, req, 2 * B, KVR_HASH_SEED).gpu, 0);
 }
 
+
+/* A salted block evicted from gpu but still held on cpu keeps its salt: a
+ * later child stored without cache_salt must still hash with it. */
+static void test_salt_survives_eviction_on_other_tier(void **state)
+{
+    (void)state;
+    uint64_t tok[2 * B], h1[1] = {901}, h2[1] = {902};
+    text(tok, 2 * B, 10);
+    uint32_t req[2 * B];
+    text32(req, 2 * B, 10);
+    kvr_raw_event parent_gpu = store_ev(h1, 1, false, 0, tok, B);
+    parent_gpu.cache_salt = S("tenant-a");
+    kvr_raw_event parent_cpu = parent_gpu;
+    parent_cpu.tier = KVR_TIER_CPU;
+    kvr_raw_event evict_gpu = remove_ev(h1, 1);
+    kvr_raw_event child = store_ev(h2, 1, true, 901, tok + B, B); /* no salt */
+    child.tier = KVR_TIER_CPU;
+    kvr_raw_event evs[4] = {parent_gpu, parent_cpu, evict_gpu, child};
+    apply(ix, w1, 0, evs, 4);
+    kvr_str none = {NULL, 0};
+    uint64_t salted = kvr_hash_seed(none, S("tenant-a"));
+    reach r = match_seed(ix, 1, 0, req, 2 * B, salted);
+    assert_int_equal(r.gpu, 0);
+    assert_int_equal(r.cpu, 2);
+}
+
 /* Eagle workers hash B+1 token windows; requests must use the same. */
 static void test_eagle_worker_windows(void **state)
 {
@@ -542,6 +568,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_engine_wide_media_exclusion, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wire_bytes_end_to_end, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lora_worker_seed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_salt_survives_eviction_on_other_tier, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_eagle_worker_windows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dump_load_round_trip, setup, teardown),
     };
