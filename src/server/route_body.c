@@ -165,6 +165,76 @@ static int find_tokens(const char *buf, size_t len, size_t max_tokens, kvr_route
     }
 }
 
+/* Copy state across the text before and after token_ids. */
+typedef struct {
+    bool in_string, escape;
+    const char *str_start;
+    int mm_key; /* 1: just read the key "mm_hash"; 2: its ':' too */
+} rewrite;
+
+/* Copies in[0..n) to out; returns the bytes written (at most n + n / 19 + 1).
+ * An "mm_hash" written as a bare integer above INT64_MAX (a u64 identity,
+ * which jansson refuses to parse) becomes the i64 with the same bits; the
+ * handler reads negative mm_hash integers back as u64 bits. */
+static size_t copy_rewriting(const char *in, size_t n, char *out, rewrite *st)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        char c = in[i];
+        if (st->in_string) {
+            out[o++] = in[i++];
+            if (st->escape)
+                st->escape = false;
+            else if (c == '\\')
+                st->escape = true;
+            else if (c == '"') {
+                st->in_string = false;
+                st->mm_key = (in + i - 1 - st->str_start == 7 &&
+                              memcmp(st->str_start, "mm_hash", 7) == 0) ? 1 : 0;
+            }
+            continue;
+        }
+        if (c == '"') {
+            st->in_string = true;
+            st->str_start = in + i + 1;
+            st->mm_key = 0;
+            out[o++] = in[i++];
+            continue;
+        }
+        if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+            out[o++] = in[i++];
+            continue;
+        }
+        if (c == ':' && st->mm_key == 1) {
+            st->mm_key = 2;
+            out[o++] = in[i++];
+            continue;
+        }
+        if (st->mm_key == 2 && c >= '0' && c <= '9') {
+            size_t j = i;
+            uint64_t v = 0;
+            bool fits = true;
+            while (j < n && in[j] >= '0' && in[j] <= '9') {
+                uint64_t d = (uint64_t)(in[j] - '0');
+                if (v > (UINT64_MAX - d) / 10)
+                    fits = false;
+                v = v * 10 + d;
+                j++;
+            }
+            bool plain = j == n || (in[j] != '.' && in[j] != 'e' && in[j] != 'E');
+            if (fits && plain && v > (uint64_t)INT64_MAX) {
+                o += (size_t)sprintf(out + o, "%lld", (long long)(int64_t)v);
+                i = j;
+                st->mm_key = 0;
+                continue;
+            }
+        }
+        st->mm_key = 0;
+        out[o++] = in[i++];
+    }
+    return o;
+}
+
 int kvr_route_body_parse(const char *buf, size_t len, size_t max_tokens, kvr_route_body *out)
 {
     memset(out, 0, sizeof *out);
@@ -173,21 +243,25 @@ int kvr_route_body_parse(const char *buf, size_t len, size_t max_tokens, kvr_rou
         kvr_route_body_free(out);
         return -1;
     }
+    bool found = a != NULL;
+    if (!found)
+        a = b = buf + len; /* no token_ids array: the whole body is the rest */
+    size_t head = (size_t)(a - buf), tail = len - (size_t)(b - buf);
+    char *rest = malloc(len + len / 19 + 8);
+    if (!rest) {
+        kvr_route_body_free(out);
+        return fail(out, 500, "out of memory", (size_t)-1);
+    }
+    rewrite st = {0};
+    size_t k = copy_rewriting(buf, head, rest, &st);
+    if (found) {
+        memcpy(rest + k, "[]", 2);
+        k += 2;
+    }
+    k += copy_rewriting(b, tail, rest + k, &st);
     json_error_t jerr;
-    if (a) {
-        size_t head = (size_t)(a - buf), tail = len - (size_t)(b - buf);
-        char *rest = malloc(head + 2 + tail + 1);
-        if (!rest) {
-            kvr_route_body_free(out);
-            return fail(out, 500, "out of memory", (size_t)-1);
-        }
-        memcpy(rest, buf, head);
-        memcpy(rest + head, "[]", 2);
-        memcpy(rest + head + 2, b, tail);
-        out->rest = json_loadb(rest, head + 2 + tail, JSON_REJECT_DUPLICATES, &jerr);
-        free(rest);
-    } else
-        out->rest = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+    out->rest = json_loadb(rest, k, JSON_REJECT_DUPLICATES, &jerr);
+    free(rest);
     if (!out->rest || !json_is_object(out->rest)) {
         char msg[200];
         snprintf(msg, sizeof msg, out->rest ? "request body must be a JSON object"

@@ -52,6 +52,35 @@ static void test_tokens_scanned_rest_parsed(void **state)
     kvr_route_body_free(&b);
 }
 
+static void test_u64_mm_hash_above_int64(void **state)
+{
+    (void)state;
+    /* jansson refuses integers above INT64_MAX; the fast path hands them on
+     * as the i64 with the same bits (the handler reads u64 bits back). */
+    const char *body = "{\"model_name\":\"m\",\"token_ids\":[1,2],\"mm_items\":[{\"start\":0,"
+                       "\"end\":1,\"mm_hash\" : 18446744073709551615},{\"start\":1,\"end\":2,"
+                       "\"mm_hash\":9223372036854775808},{\"start\":2,\"end\":3,\"mm_hash\":5}],"
+                       "\"note\":\"mm_hash\",\"x\":18446744073709551615}";
+    kvr_route_body b;
+    assert_int_equal(kvr_route_body_parse(body, strlen(body), 1000, &b), -1);
+    /* Only mm_hash values are rewritten: the big "x" still fails in jansson. */
+    assert_non_null(strstr(b.error, "malformed"));
+    char ok[512];
+    snprintf(ok, sizeof ok, "%.*s}", (int)(strstr(body, ",\"x\"") - body), body);
+    assert_int_equal(kvr_route_body_parse(ok, strlen(ok), 1000, &b), 0);
+    json_t *items = json_object_get(b.rest, "mm_items");
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(items, 0), "mm_hash")), -1);
+    assert_true((uint64_t)json_integer_value(json_object_get(json_array_get(items, 1), "mm_hash")) ==
+                9223372036854775808ull);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(items, 2), "mm_hash")), 5);
+    assert_string_equal(json_string_value(json_object_get(b.rest, "note")), "mm_hash");
+    kvr_route_body_free(&b);
+    /* Too big even for u64: jansson's error stands. */
+    const char *huge = "{\"model_name\":\"m\",\"token_ids\":[1],\"mm_items\":[{\"start\":0,"
+                       "\"end\":1,\"mm_hash\":18446744073709551616}]}";
+    assert_int_equal(kvr_route_body_parse(huge, strlen(huge), 1000, &b), -1);
+}
+
 static void test_bad_tokens_and_json(void **state)
 {
     (void)state;
@@ -145,6 +174,18 @@ static void test_raw_handlers_match_json_handlers(void **state)
     kvr_api_route_raw(srv, route, strlen(route), &r);
     assert_int_equal(r.status, 409);
     json_decref(r.body);
+
+    /* A u64 identity above INT64_MAX as a JSON number still routes and is
+     * forwarded as its 16 hex digits. */
+    memset(&r, 0, sizeof r);
+    const char *mm = "{\"model_name\":\"m\",\"request_id\":\"b\",\"token_ids\":[1,2,3,4],"
+                     "\"mm_items\":[{\"start\":2,\"end\":4,\"mm_hash\":18446744073709551614}]}";
+    kvr_api_route_raw(srv, mm, strlen(mm), &r);
+    assert_int_equal(r.status, 200);
+    assert_true(json_is_true(json_object_get(r.body, "forward_mm_hashes")));
+    assert_string_equal(json_string_value(json_array_get(json_object_get(r.body, "mm_hashes"), 0)),
+                        "fffffffffffffffe");
+    json_decref(r.body);
     kvr_server_stop(srv);
 }
 
@@ -153,6 +194,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tokens_scanned_rest_parsed),
         cmocka_unit_test(test_bad_tokens_and_json),
+        cmocka_unit_test(test_u64_mm_hash_above_int64),
         cmocka_unit_test(test_raw_handlers_match_json_handlers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
