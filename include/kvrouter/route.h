@@ -235,6 +235,7 @@ typedef struct {
     uint64_t bookings_expired;
     uint64_t bookings_released;
     uint64_t prefill_done;
+    uint64_t load_entries; /* (worker, rank) load records held (idle ones are freed) */
 } kvr_router_stats;
 
 void kvr_router_stats_get(kvr_router *r, kvr_router_stats *out);

@@ -73,7 +73,34 @@ route_load *route_load_find(route_bookings *b, uintptr_t index, uint64_t worker_
         free(l);
         return NULL;
     }
+    b->n_loads++;
     return l;
+}
+
+/* Frees a load entry nobody books any more, so worker churn (new ids on
+ * every scale-up) cannot grow the table without bound. */
+static void load_drop_if_idle(route_bookings *b, route_load *l)
+{
+    if (l->bookings)
+        return;
+    uint64_t key = load_key(l->index, l->worker_id, l->dp_rank);
+    uint64_t head = 0;
+    kvr_u64map_get(&b->loads, key, &head);
+    route_load *first = (route_load *)(uintptr_t)head;
+    if (first == l) {
+        if (l->hnext)
+            kvr_u64map_put(&b->loads, key, (uint64_t)(uintptr_t)l->hnext);
+        else
+            kvr_u64map_del(&b->loads, key, NULL);
+    } else {
+        route_load *p = first;
+        while (p && p->hnext != l)
+            p = p->hnext;
+        if (p)
+            p->hnext = l->hnext;
+    }
+    b->n_loads--;
+    free(l);
 }
 
 static uint64_t id_hash(const char *id)
@@ -97,14 +124,17 @@ int route_book(route_bookings *b, const char *id, route_load *load, uint64_t pre
                uint64_t blocks, double now)
 {
     uint64_t h = id_hash(id);
-    if (booking_find(b, id, h))
+    if (booking_find(b, id, h)) {
+        load_drop_if_idle(b, load);
         return 1;
+    }
     route_booking *bk = calloc(1, sizeof *bk);
-    if (!bk)
-        return -1;
-    bk->id = strdup(id);
-    if (!bk->id) {
+    if (bk && !(bk->id = strdup(id))) {
         free(bk);
+        bk = NULL;
+    }
+    if (!bk) {
+        load_drop_if_idle(b, load);
         return -1;
     }
     uint64_t head = 0;
@@ -113,6 +143,7 @@ int route_book(route_bookings *b, const char *id, route_load *load, uint64_t pre
     if (kvr_u64map_put(&b->ids, h, (uint64_t)(uintptr_t)bk) < 0) {
         free(bk->id);
         free(bk);
+        load_drop_if_idle(b, load);
         return -1;
     }
     bk->idhash = h;
@@ -167,6 +198,7 @@ static void booking_remove(route_bookings *b, route_booking *bk)
     b->n_active--;
     free(bk->id);
     free(bk);
+    load_drop_if_idle(b, l);
 }
 
 size_t route_bookings_expire(route_bookings *b, double now)

@@ -38,6 +38,7 @@ typedef struct {
     route_booking *head, *tail;
     double ttl_s;
     uint64_t n_active, expired, released, prefill_done;
+    uint64_t n_loads; /* route_load entries; idle ones are freed */
 } route_bookings;
 
 void route_bookings_init(route_bookings *b, double ttl_s);

@@ -213,5 +213,6 @@ void kvr_router_stats_get(kvr_router *r, kvr_router_stats *out)
     out->bookings_expired = r->bk.expired;
     out->bookings_released = r->bk.released;
     out->prefill_done = r->bk.prefill_done;
+    out->load_entries = r->bk.n_loads;
     pthread_mutex_unlock(&r->mu);
 }

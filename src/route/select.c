@@ -19,10 +19,12 @@ typedef struct {
     double credit_scale, load_scale, cpu_w, disk_w, temperature;
 } cost_params;
 
-static bool allowed(const kvr_route_request *req, uint64_t worker_id)
+static bool allowed(const kvr_route_request *req, const kvr_u64map *set, uint64_t worker_id)
 {
     if (!req->allowed_workers)
         return true;
+    if (set)
+        return kvr_u64map_find(set, worker_id) != NULL;
     for (size_t i = 0; i < req->n_allowed_workers; i++)
         if (req->allowed_workers[i] == worker_id)
             return true;
@@ -34,6 +36,13 @@ static size_t filter_candidates(const kvr_route_request *req, kvr_query_result *
 {
     size_t n = 0;
     bool worker_seen = false, rank_seen = false;
+    /* A long allow-list is hashed once rather than scanned per candidate. */
+    kvr_u64map set;
+    kvr_u64map_init(&set);
+    bool use_set = req->allowed_workers && req->n_allowed_workers > 16;
+    for (size_t i = 0; use_set && i < req->n_allowed_workers; i++)
+        if (kvr_u64map_put(&set, req->allowed_workers[i], 1) < 0)
+            use_set = false;
     for (size_t i = 0; i < q->n_entries; i++) {
         const kvr_query_entry *e = &q->entries[i];
         if (req->has_worker_id && e->worker_id != req->worker_id)
@@ -42,10 +51,11 @@ static size_t filter_candidates(const kvr_route_request *req, kvr_query_result *
         if (req->has_dp_rank && e->dp_rank != req->dp_rank)
             continue;
         rank_seen = true;
-        if (!allowed(req, e->worker_id))
+        if (!allowed(req, use_set ? &set : NULL, e->worker_id))
             continue;
         q->entries[n++] = *e;
     }
+    kvr_u64map_free(&set);
     q->n_entries = n;
     if (n == 0) {
         if (!worker_seen)

@@ -143,6 +143,9 @@ static void test_free_restores_state(void **state)
     assert_int_equal(d.worker_id, 1);
     assert_int_equal(kvr_route(f->r, &rq, &d), KVR_ROUTE_DUPLICATE_ID);
     assert_non_null(strstr(d.error, "request_id"));
+    kvr_router_stats st0;
+    kvr_router_stats_get(f->r, &st0);
+    assert_int_equal(st0.load_entries, 1);
     assert_int_equal(kvr_router_release(f->r, "a"), KVR_ROUTE_OK);
     assert_int_equal(kvr_router_release(f->r, "a"), KVR_ROUTE_UNKNOWN_ID);
     assert_int_equal(kvr_router_prefill_done(f->r, "nope"), KVR_ROUTE_UNKNOWN_ID);
@@ -336,6 +339,18 @@ static void test_pin_and_allowed_workers(void **state)
     d = route_ok(f, &rq);
     assert_int_equal(d.worker_id, 2);
     assert_int_equal(d.reason, KVR_REASON_BEST_COST);
+    /* A long allow-list (hashed) behaves the same. */
+    uint64_t many[40];
+    for (int i = 0; i < 40; i++)
+        many[i] = 100 + (uint64_t)i;
+    many[17] = 2;
+    rq.allowed_workers = many;
+    rq.n_allowed_workers = 40;
+    d = route_ok(f, &rq);
+    assert_int_equal(d.worker_id, 2);
+    many[17] = 3;
+    assert_int_equal(kvr_route(f->r, &rq, &d), KVR_ROUTE_NO_CANDIDATE);
+    rq.n_allowed_workers = 1;
     rq.allowed_workers = (uint64_t[]){99};
     assert_int_equal(kvr_route(f->r, &rq, &d), KVR_ROUTE_NO_CANDIDATE);
     assert_non_null(strstr(d.error, "allowed_workers"));
@@ -445,6 +460,7 @@ static void test_concurrent_routes_leave_no_load(void **state)
     kvr_router_stats st;
     kvr_router_stats_get(f->r, &st);
     assert_int_equal(st.bookings_active, 0);
+    assert_int_equal(st.load_entries, 0); /* idle load records are freed */
     assert_int_equal(st.bookings_released, 1200);
     assert_int_equal(st.prefill_done, 600);
     for (uint64_t id = 1; id <= 2; id++) {
