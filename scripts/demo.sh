@@ -83,7 +83,7 @@ EOF
 cat <<EOF
 
 hit_rate: reused prompt tokens / prompt tokens, read from the engines' own caches (GPU + HiCache).
-max/mean load: requests per worker (max over mean); prefill max/mean: prefill tokens computed.
+load max/mean: prefill tokens each worker computed (max over mean); requests max/mean: requests routed.
 TTFT: virtual-time queueing + prefill of uncached tokens (20000 tokens/s per worker).
 oracle: unbounded caches, always the longest cached prefix: the hit-rate ceiling; it ignores load.
 chart: $svg

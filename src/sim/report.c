@@ -8,17 +8,17 @@
 
 void kvr_sim_print_table(FILE *out, const kvr_sim_result *res, const bool *which)
 {
-    fprintf(out, "%-13s %8s %9s %8s %8s %9s %11s %11s %8s\n", "policy", "requests", "hit_rate",
-            "gpu_hit", "max/mean", "prefill", "ttft_p50ms", "ttft_p99ms", "wall_s");
-    fprintf(out, "%-13s %8s %9s %8s %8s %9s %11s %11s %8s\n", "", "", "", "", "load",
+    fprintf(out, "%-13s %8s %9s %8s %9s %9s %11s %11s %8s\n", "policy", "requests", "hit_rate",
+            "gpu_hit", "load", "requests", "ttft_p50ms", "ttft_p99ms", "wall_s");
+    fprintf(out, "%-13s %8s %9s %8s %9s %9s %11s %11s %8s\n", "", "", "", "", "max/mean",
             "max/mean", "", "", "");
     for (int p = 0; p < KVR_SIM_POLICY_COUNT; p++) {
         const kvr_sim_result *r = &res[p];
         if (!which[p] || !r->ran)
             continue;
-        fprintf(out, "%-13s %8zu %8.2f%% %7.2f%% %8.3f %9.3f %11.1f %11.1f %8.2f\n",
+        fprintf(out, "%-13s %8zu %8.2f%% %7.2f%% %9.3f %9.3f %11.1f %11.1f %8.2f\n",
                 kvr_sim_policy_name((kvr_sim_policy)p), r->requests, 100.0 * r->hit_rate,
-                100.0 * r->gpu_hit_rate, r->max_mean_load, r->max_mean_prefill, r->ttft_p50_ms,
+                100.0 * r->gpu_hit_rate, r->max_mean_load, r->max_mean_requests, r->ttft_p50_ms,
                 r->ttft_p99_ms, r->wall_s);
     }
 }
@@ -32,7 +32,7 @@ char *kvr_sim_json(const kvr_sim_config *cfg, const kvr_sim_result *res, const b
             continue;
         json_t *o = json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:I,s:f,s:f}", "hit_rate", r->hit_rate,
                               "gpu_hit_rate", r->gpu_hit_rate, "max_mean_load", r->max_mean_load,
-                              "max_mean_prefill", r->max_mean_prefill, "ttft_p50_ms",
+                              "max_mean_requests", r->max_mean_requests, "ttft_p50_ms",
                               r->ttft_p50_ms, "ttft_p99_ms", r->ttft_p99_ms, "requests",
                               (json_int_t)r->requests, "ttft_mean_ms", r->ttft_mean_ms, "wall_s",
                               r->wall_s);

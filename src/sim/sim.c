@@ -473,8 +473,8 @@ int kvr_sim_run(const kvr_sim_config *cfg, const kvr_sim_workload *wl, kvr_sim_p
     out->hit_rate = out->prompt_tokens ? (double)out->reused_tokens / out->prompt_tokens : 0;
     out->gpu_hit_rate =
         out->prompt_tokens ? (double)out->gpu_reused_tokens / out->prompt_tokens : 0;
-    out->max_mean_load = max_over_mean(s.assigned, s.n_slots);
-    out->max_mean_prefill = max_over_mean(s.prefill_tokens, s.n_slots);
+    out->max_mean_load = max_over_mean(s.prefill_tokens, s.n_slots);
+    out->max_mean_requests = max_over_mean(s.assigned, s.n_slots);
     double sum = 0;
     for (size_t i = 0; i < n; i++)
         sum += s.ttft[i];

@@ -9,7 +9,7 @@
  * takes output_length / decode_tps seconds and does not hold the prefill
  * queue (continuous batching). TTFT proxy = queueing wait + prefill time.
  * A worker's running requests (arrival .. end of decode) are its load for
- * least_loaded / approx_tree, and the router hears /prefill_done and /free
+ * least_loaded / approx_tree (as SGLang's router counts them), and the router hears /prefill_done and /free
  * at those virtual instants. Host-tier (HiCache) blocks loaded back count as
  * reused: they are not recomputed. Output tokens are not cached (the trace
  * does not say which later prompt blocks they become). */
@@ -67,8 +67,12 @@ typedef struct {
     uint64_t prompt_tokens, reused_tokens, gpu_reused_tokens;
     double hit_rate;           /* reused prompt tokens / prompt tokens */
     double gpu_hit_rate;       /* the GPU part of it */
-    double max_mean_load;      /* max / mean of requests routed per worker */
-    double max_mean_prefill;   /* max / mean of prefill tokens computed per worker */
+    /* Load balance, max over mean across workers (1.0 = perfectly even).
+     * load: prefill tokens each worker computed, the work that builds its
+     * queue in this model (a cache hit is not work); requests: requests
+     * routed to it. */
+    double max_mean_load;
+    double max_mean_requests;
     double ttft_p50_ms, ttft_p99_ms, ttft_mean_ms;
     double wall_s;
     /* kvrouter policy only */

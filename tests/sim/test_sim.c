@@ -58,7 +58,8 @@ static void test_round_robin_cycles(void **state)
         assert_int_equal(choices[i], i % 4);
     assert_int_equal(r.requests, 10);
     /* 3,3,2,2 requests per worker: max/mean = 3 / 2.5 */
-    assert_true(fabs(r.max_mean_load - 1.2) < 1e-9);
+    assert_true(fabs(r.max_mean_requests - 1.2) < 1e-9);
+    assert_true(fabs(r.max_mean_load - 1.2) < 1e-9); /* equal prompts: same work */
     kvr_sim_workload_free(&wl);
     free(m.trace.reqs);
 }
@@ -139,6 +140,7 @@ static void test_hit_and_ttft_accounting(void **state)
     assert_true(fabs(r.ttft_p50_ms - 50.0) < 1e-6);
     assert_true(fabs(r.ttft_p99_ms - 50.4) < 1e-6);
     assert_true(fabs(r.max_mean_load - 1.0) < 1e-12);
+    assert_true(fabs(r.max_mean_requests - 1.0) < 1e-12);
     kvr_sim_workload_free(&wl);
     free(m.trace.reqs);
 }
