@@ -96,12 +96,18 @@ static void panel(FILE *f, double x0, double y0, double w, const char *heading,
         fprintf(f,
                 "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.1f\" height=\"22\" fill=\"%s\"/>\n",
                 x0 + label_w, y + 2, bw > 0.5 ? bw : 0.5, color);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.0f\" font-size=\"12\">", x0 + label_w + bw + 6, y + 17);
-        if (hit)
-            fprintf(f, "%.1f%%", v);
+        /* A clipped bar carries its value inside, so the label stays on the canvas. */
+        if (clipped)
+            fprintf(f,
+                    "<text x=\"%.1f\" y=\"%.0f\" font-size=\"12\" fill=\"white\" "
+                    "text-anchor=\"end\">%.0f ms (off scale) &#187;</text>\n",
+                    x0 + label_w + bw - 6, y + 17, v);
+        else if (hit)
+            fprintf(f, "<text x=\"%.1f\" y=\"%.0f\" font-size=\"12\">%.1f%%</text>\n",
+                    x0 + label_w + bw + 6, y + 17, v);
         else
-            fprintf(f, "%.0f ms%s", v, clipped ? " (off scale)" : "");
-        fprintf(f, "</text>\n");
+            fprintf(f, "<text x=\"%.1f\" y=\"%.0f\" font-size=\"12\">%.0f ms</text>\n",
+                    x0 + label_w + bw + 6, y + 17, v);
         y += row;
     }
 }
