@@ -145,14 +145,16 @@ int kvr_cmd_bench(int argc, char **argv)
 
     printf("stream      %s, %" PRIu64 " events + %" PRIu64 " matches, built in %.2f s\n",
            events ? events : trace_path, r.events, r.matches, build_s);
-    printf("replay      1 thread: %.3f s, %.0f ops/s, %.0f block ops/s\n", r.seconds, ops,
-           block_ops);
+    printf("replay      1 thread: %.3f s (%.3f s cpu), %.0f ops/s, %.0f block ops/s\n", r.seconds,
+           r.cpu_seconds, ops, block_ops);
     printf("events      %" PRIu64 " blocks, parent_not_found %" PRIu64
            ", unknown removes %" PRIu64 "\n",
            r.event_blocks, r.parent_not_found, r.unknown_removes);
     printf("match       p50 %.2f us, p99 %.2f us, max %.1f us (%.0f blocks/request)\n",
            r.match_p50_us, r.match_p99_us, r.match_max_us,
            r.matches ? (double)r.match_blocks / (double)r.matches : 0);
+    printf("match %d   p50 %.2f us, p99 %.2f us (first %d blocks, final index)\n", KVR_BENCH_SHORT,
+           r.short_p50_us, r.short_p99_us, KVR_BENCH_SHORT);
     printf("index       %" PRIu64 " nodes, %" PRIu64 " ownerships, %" PRIu64
            " owners, %.1f MB, %.1f bytes/ownership, %.1f bytes/node\n",
            r.stats.nodes, r.stats.ownerships, r.stats.owners, (double)r.stats.bytes / 1048576.0,
@@ -169,6 +171,8 @@ int kvr_cmd_bench(int argc, char **argv)
            "\"bytes_per_block\": %.2f, \"peak_rss_mb\": %.1f, \"checksum\": %" PRIu64,
            ops, block_ops, r.events, r.matches, r.match_p50_us, r.match_p99_us, bpb, rss_mb,
            r.checksum);
+    printf(", \"match%d_p50_us\": %.3f, \"match%d_p99_us\": %.3f", KVR_BENCH_SHORT,
+           r.short_p50_us, KVR_BENCH_SHORT, r.short_p99_us);
     if (threads > 1)
         printf(", \"threads\": %d, \"concurrent_events_per_s\": %.0f, "
                "\"concurrent_matches_per_s\": %.0f, \"concurrent_match_p99_us\": %.3f, "

@@ -20,6 +20,7 @@ static int sync_nodes(kvr_index *idx)
         return cap < idx->nodes_cap ? 0 : -1; /* a failed shrink keeps the larger array */
     idx->nodes = n;
     idx->nodes_cap = cap;
+    kvr_hugepage_hint(n, (size_t)cap * sizeof *n);
     return 0;
 }
 
@@ -39,6 +40,7 @@ static int child_resize(kvr_index *idx, uint32_t cap)
         t = calloc(cap, sizeof *t);
         if (!t)
             return -1;
+        kvr_hugepage_hint(t, (size_t)cap * sizeof *t);
         for (uint32_t i = 0; i < idx->child_cap; i++)
             if (idx->child[i])
                 child_place(t, cap, idx->child[i]);
@@ -56,7 +58,7 @@ static int child_insert(kvr_index *idx, uint32_t id)
         child_resize(idx, idx->child_cap ? idx->child_cap * 2 : CHILD_MIN) < 0)
         return -1;
     const kvr_node *nd = &idx->nodes[id];
-    child_place(idx->child, idx->child_cap, (uint64_t)kvr_child_tag(nd->parent, nd->local) << 32 | id);
+    child_place(idx->child, idx->child_cap, (uint64_t)nd->tag << 32 | id);
     idx->child_len++;
     return 0;
 }
@@ -65,7 +67,7 @@ static void child_delete(kvr_index *idx, uint32_t id)
 {
     uint32_t mask = idx->child_cap - 1;
     const kvr_node *nd = &idx->nodes[id];
-    uint64_t slot = (uint64_t)kvr_child_tag(nd->parent, nd->local) << 32 | id;
+    uint64_t slot = (uint64_t)nd->tag << 32 | id;
     uint32_t i = (uint32_t)(slot >> 32) & mask;
     while (idx->child[i] != slot)
         i = (i + 1) & mask;
@@ -96,7 +98,10 @@ static uint32_t node_new(kvr_index *idx, uint32_t parent, uint64_t local, uint64
         return KVR_NIL;
     }
     kvr_node *nd = &idx->nodes[id];
-    *nd = (kvr_node){.local = local, .engine = engine, .parent = parent};
+    *nd = (kvr_node){.local = local,
+                     .engine = engine,
+                     .parent = parent,
+                     .tag = kvr_chain_tag(idx->nodes[parent].tag, local)};
     if (child_insert(idx, id) < 0) {
         kvr_ids_put(&idx->node_ids, id);
         sync_nodes(idx);
@@ -237,6 +242,7 @@ kvr_index *kvr_index_create(void)
         return NULL;
     }
     memset(&idx->nodes[KVR_ROOT], 0, sizeof(kvr_node));
+    idx->nodes[KVR_ROOT].tag = KVR_ROOT_TAG;
     return idx;
 }
 
@@ -313,13 +319,17 @@ out:
 
 /* ---- events ---- */
 
+#define STORE_AHEAD 8
+#define STORE_RING 16 /* power of two > STORE_AHEAD */
+
 /* Applies block (e, l) of a store below cur; returns the node now holding
  * it, or KVR_NIL when the chain cannot continue. */
 static uint32_t store_block(kvr_index *idx, uint32_t owner, uint32_t bit, uint32_t cur,
-                            uint64_t e, uint64_t l)
+                            uint64_t e, uint64_t l, uint32_t tag, bool *fresh)
 {
     kvr_handles *hm = &idx->owners[owner].handles;
-    uint32_t child = kvr_tree_child(idx, cur, l);
+    /* a node created by this store has no children yet: skip the lookup */
+    uint32_t child = *fresh ? KVR_NIL : kvr_tree_child_tagged(idx, cur, l, tag);
     uint32_t old = kvr_handles_get(hm, e);
     if (old != KVR_HANDLE_NONE && old != child) {
         /* The engine reuses a hash for other content: the newest store wins.
@@ -339,6 +349,7 @@ static uint32_t store_block(kvr_index *idx, uint32_t owner, uint32_t bit, uint32
             return KVR_NIL;
         created = true;
     }
+    *fresh = created;
     uint32_t entry = created ? 0 : kvr_osets_find(&idx->sets, idx->nodes[child].set, owner);
     uint32_t tiers = entry & KVR_OSET_TIERS;
     bool was_exc = entry & KVR_OSET_EXC;
@@ -387,8 +398,22 @@ kvr_drop_reason kvr_index_store(kvr_index *idx, kvr_owner owner, kvr_tier tier, 
             goto out;
         }
     }
+    /* Prefetch the handle and child-table slots of the blocks ahead: the
+     * slots depend only on the event, not on the blocks before. */
+    const kvr_handles *hm = &idx->owners[owner].handles;
+    uint32_t tags[STORE_RING];
+    uint32_t tag = idx->nodes[cur].tag;
+    size_t ahead = 0;
+    bool fresh = false;
     for (size_t i = 0; i < n; i++) {
-        cur = store_block(idx, owner, 1u << tier, cur, engine_hashes[i], local_hashes[i]);
+        for (; ahead < n && ahead <= i + STORE_AHEAD; ahead++) {
+            tag = kvr_chain_tag(tag, local_hashes[ahead]);
+            tags[ahead % STORE_RING] = tag;
+            __builtin_prefetch(kvr_child_home(idx, tag));
+            kvr_handles_prefetch(hm, engine_hashes[ahead]);
+        }
+        cur = store_block(idx, owner, 1u << tier, cur, engine_hashes[i], local_hashes[i],
+                          tags[i % STORE_RING], &fresh);
         if (cur == KVR_NIL) {
             r = KVR_DROP_PARENT_NOT_FOUND;
             break;

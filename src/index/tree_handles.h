@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util/u64map.h"
+
 typedef struct __attribute__((packed)) {
     uint64_t key; /* 0 = empty slot; key 0 lives aside */
     uint32_t val;
@@ -38,6 +40,11 @@ size_t kvr_handles_bytes(const kvr_handles *m);
 uint32_t kvr_handles_get(const kvr_handles *m, uint64_t key); /* KVR_HANDLE_NONE if absent */
 int kvr_handles_put(kvr_handles *m, uint64_t key, uint32_t val); /* 0 ok, -1 OOM */
 bool kvr_handles_del(kvr_handles *m, uint64_t key);
+static inline void kvr_handles_prefetch(const kvr_handles *m, uint64_t key)
+{
+    if (m->cap)
+        __builtin_prefetch(&m->slots[(uint32_t)kvr_mix64(key) & (m->cap - 1)]);
+}
 /* it starts at 0; the map must not change while iterating. */
 bool kvr_handles_next(const kvr_handles *m, size_t *it, uint64_t *key, uint32_t *val);
 

@@ -13,6 +13,7 @@
 #define KVR_INDEX_TREE_INTERNAL_H
 
 #include <pthread.h>
+#include <sys/mman.h>
 
 #include "index/tree_handles.h"
 #include "index/tree_ids.h"
@@ -28,7 +29,7 @@ typedef struct {
     uint64_t engine; /* engine hash of the creating owner */
     uint32_t parent, first_child, next, prev;
     uint32_t set;    /* owner set; KVR_OSET_EMPTY marks a free node (and the root) */
-    uint32_t pad;
+    uint32_t tag;    /* kvr_chain_tag of the path from the root: locates it in the child table */
 } kvr_node;
 
 typedef struct {
@@ -44,7 +45,7 @@ struct kvr_index {
     kvr_node *nodes;
     uint32_t nodes_cap;
     kvr_ids node_ids;
-    uint64_t *child; /* slot: tag << 32 | node id (see kvr_child_tag); 0 = empty */
+    uint64_t *child; /* slot: tag << 32 | node id (see kvr_chain_tag); 0 = empty */
     uint32_t child_cap, child_len;
     kvr_osets sets;
     kvr_owner_rec *owners;
@@ -56,21 +57,45 @@ struct kvr_index {
     size_t stack_cap;
 };
 
-/* Child table slots hold (tag << 32 | node id) where tag is the high half of
- * the (parent, local) hash; the home slot is derived from the tag too, so
- * probing, deletion and resizing never touch node memory except to confirm
- * a tag match. */
-static inline uint32_t kvr_child_tag(uint32_t parent, uint64_t local)
+/* The node array and the child table are probed at random: with 4 KiB pages
+ * nearly every probe also misses the TLB. Ask for transparent huge pages on
+ * the big ones (a hint; ignored where THP is off). */
+static inline void kvr_hugepage_hint(void *p, size_t bytes)
 {
-    return (uint32_t)(kvr_mix64(local ^ ((uint64_t)parent * 0x9E3779B97F4A7C15ULL)) >> 32);
+    const uintptr_t huge = 2u << 20;
+    if (bytes < 2 * huge)
+        return;
+    uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+    uintptr_t b = ((uintptr_t)p + bytes) & ~(huge - 1);
+    if (b > a)
+        madvise((void *)a, b - a, MADV_HUGEPAGE);
 }
 
-/* Child of parent with this local hash, KVR_NIL if none. */
-static inline uint32_t kvr_tree_child(const struct kvr_index *idx, uint32_t parent, uint64_t local)
+#define KVR_ROOT_TAG 0x6b76723fu
+
+/* Child table slots hold (tag << 32 | node id). A node's tag is a 32-bit
+ * hash chained over the local hashes of its path, so the slot of block i of
+ * a request is known before block i-1 is found: matches and stores prefetch
+ * slots ahead instead of paying one dependent cache miss per block. The tag
+ * also gives the home slot, so probing, deletion and resizing touch node
+ * memory only to confirm a tag match (parent and local must both agree,
+ * so tag collisions are harmless). */
+static inline uint32_t kvr_chain_tag(uint32_t parent_tag, uint64_t local)
+{
+    return (uint32_t)(kvr_mix64(local + (uint64_t)parent_tag * 0x9E3779B97F4A7C15ULL) >> 32);
+}
+
+static inline const uint64_t *kvr_child_home(const struct kvr_index *idx, uint32_t tag)
+{
+    return &idx->child[tag & (idx->child_cap - 1)];
+}
+
+/* Child of parent with this local hash and tag, KVR_NIL if none. */
+static inline uint32_t kvr_tree_child_tagged(const struct kvr_index *idx, uint32_t parent,
+                                             uint64_t local, uint32_t tag)
 {
     if (!idx->child_cap)
         return KVR_NIL;
-    uint32_t tag = kvr_child_tag(parent, local);
     uint32_t mask = idx->child_cap - 1;
     for (uint32_t i = tag & mask;; i = (i + 1) & mask) {
         uint64_t s = idx->child[i];
@@ -82,6 +107,11 @@ static inline uint32_t kvr_tree_child(const struct kvr_index *idx, uint32_t pare
                 return (uint32_t)s;
         }
     }
+}
+
+static inline uint32_t kvr_tree_child(const struct kvr_index *idx, uint32_t parent, uint64_t local)
+{
+    return kvr_tree_child_tagged(idx, parent, local, kvr_chain_tag(idx->nodes[parent].tag, local));
 }
 
 /* Engine hash by which owner refers to node (entry: its set entry). */

@@ -91,6 +91,25 @@ static int ctx_reserve(kvr_match_ctx *ctx, uint32_t owners, size_t out)
     return 0;
 }
 
+#define AHEAD 8
+#define RING 16 /* power of two > AHEAD */
+
+/* Prefetches the node the first slot carrying tag points at (the slot
+ * itself was prefetched earlier). */
+static inline void prefetch_node(const kvr_index *idx, uint32_t tag)
+{
+    uint32_t mask = idx->child_cap - 1;
+    for (uint32_t i = tag & mask, k = 0; k < 4; i = (i + 1) & mask, k++) {
+        uint64_t s = idx->child[i];
+        if (!s)
+            return;
+        if ((uint32_t)(s >> 32) == tag) {
+            __builtin_prefetch(&idx->nodes[(uint32_t)s]);
+            return;
+        }
+    }
+}
+
 /* Counters that advanced at the last explicit depth (value v) advance run
  * more blocks. */
 static void apply_run(owner_state *st, uint32_t epoch, const kvr_oset *set, uint32_t v,
@@ -145,8 +164,26 @@ size_t kvr_index_match(kvr_index *idx, kvr_match_ctx *ctx, const uint64_t *local
         any |= s->d;
     }
     uint32_t cur = first, prev_set = first_set, explicit_depth = 0, run = 0;
+    /* Tags of the blocks ahead are computed from the request alone; their
+     * child-table slots are prefetched AHEAD blocks early and the candidate
+     * nodes AHEAD/2 early, so the walk does not stall on every block. */
+    uint32_t ring[RING];
+    uint32_t ahead = 1, tag = idx->nodes[first].tag;
+    for (; ahead < (uint32_t)n && ahead <= AHEAD; ahead++) {
+        tag = kvr_chain_tag(tag, local_hashes[ahead]);
+        ring[ahead % RING] = tag;
+        __builtin_prefetch(kvr_child_home(idx, tag));
+    }
     for (uint32_t i = 1; any && i < (uint32_t)n; i++) {
-        uint32_t child = kvr_tree_child(idx, cur, local_hashes[i]);
+        if (ahead < (uint32_t)n) {
+            tag = kvr_chain_tag(tag, local_hashes[ahead]);
+            ring[ahead % RING] = tag;
+            __builtin_prefetch(kvr_child_home(idx, tag));
+            ahead++;
+        }
+        if (i + AHEAD / 2 < ahead)
+            prefetch_node(idx, ring[(i + AHEAD / 2) % RING]);
+        uint32_t child = kvr_tree_child_tagged(idx, cur, local_hashes[i], ring[i % RING]);
         if (child == KVR_NIL)
             break;
         uint32_t set = idx->nodes[child].set;

@@ -154,6 +154,13 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -214,7 +221,7 @@ int kvr_bench_replay(const kvr_bench_stream *s, kvr_bench_result *r)
         goto out;
     r->events = r->matches = r->event_blocks = r->match_blocks = r->checksum = 0;
     r->parent_not_found = r->unknown_removes = 0;
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     for (size_t i = 0; i < s->n; i++) {
         const kvr_bench_op *op = &s->ops[i];
         if (op->kind != KVR_BOP_MATCH) {
@@ -232,10 +239,24 @@ int kvr_bench_replay(const kvr_bench_stream *s, kvr_bench_result *r)
             r->checksum += res[j].gpu_blocks;
     }
     r->seconds = now_s() - t0;
+    r->cpu_seconds = cpu_s() - c0;
     kvr_index_stats_get(idx, &r->stats);
     r->match_p50_us = percentile(lat, r->matches, 0.50) * 1e6;
     r->match_p99_us = percentile(lat, r->matches, 0.99) * 1e6;
     r->match_max_us = r->matches ? lat[r->matches - 1] * 1e6 : 0;
+    size_t ns = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        const kvr_bench_op *op = &s->ops[i];
+        if (op->kind != KVR_BOP_MATCH)
+            continue;
+        const kvr_match_entry *res;
+        uint32_t n = op->n < KVR_BENCH_SHORT ? op->n : KVR_BENCH_SHORT;
+        double a = now_s();
+        kvr_index_match(idx, ctx, s->pool + op->off, n, &res);
+        lat[ns++] = now_s() - a;
+    }
+    r->short_p50_us = percentile(lat, ns, 0.50) * 1e6;
+    r->short_p99_us = percentile(lat, ns, 0.99) * 1e6;
     rc = 0;
 out:
     free(lat);

@@ -34,6 +34,8 @@ typedef struct {
     size_t pool_len, pool_cap;
 } kvr_bench_stream;
 
+#define KVR_BENCH_SHORT 128
+
 typedef struct {
     uint32_t workers;
     size_t capacity;     /* blocks per mock engine */
@@ -55,9 +57,13 @@ int kvr_bench_read_events(const char *path, kvr_bench_stream *out, char *err, si
 typedef struct {
     /* sequential replay on one thread */
     double seconds;
+    double cpu_seconds; /* thread CPU time of the replay (robust on a busy machine) */
     uint64_t events, matches, event_blocks, match_blocks;
     uint64_t parent_not_found, unknown_removes;
     double match_p50_us, match_p99_us, match_max_us;
+    /* the same requests cut to their first KVR_BENCH_SHORT blocks, matched
+     * against the final index after the replay */
+    double short_p50_us, short_p99_us;
     uint64_t checksum; /* sum of gpu_blocks over all match entries, mod 2^64 */
     kvr_index_stats stats;
     /* concurrent replay (threads > 1): one writer, threads-1 readers */
