@@ -222,13 +222,41 @@ static void test_route_forwarding_and_bookings(void **state)
     json_decref(r);
     free(body);
 
-    const char *ok[] = {"/prefill_done", "/free", "/free"};
-    long want[] = {200, 200, 404};
+    /* req-1 (16 tokens, 4 blocks) on worker 1: its load shows in the next
+     * request's debug costs, leaves prefill on /prefill_done, and is gone
+     * after /free. */
+    const char *step[] = {NULL, "/prefill_done", "/free"};
+    long want_prefill[] = {16, 0, 0}, want_blocks[] = {4, 4, 0};
     for (int i = 0; i < 3; i++) {
-        r = post(f, ok[i], "{\"request_id\": \"req-1\"}", &st);
-        assert_int_equal(st, want[i]);
+        if (step[i]) {
+            r = post(f, step[i], "{\"request_id\": \"req-1\"}", &st);
+            assert_int_equal(st, 200);
+            json_decref(r);
+        }
+        body = query_body(f, hashq, ", \"debug\": true, \"request_id\": \"probe\"");
+        r = post(f, "/route", body, &st);
+        assert_int_equal(st, 200);
+        json_t *costs = json_object_get(r, "costs"), *c;
+        size_t k;
+        bool seen = false;
+        json_array_foreach(costs, k, c) {
+            if (json_integer_value(json_object_get(c, "worker_id")) != 1)
+                continue;
+            seen = true;
+            assert_int_equal(json_integer_value(json_object_get(c, "active_prefill_tokens")),
+                             want_prefill[i]);
+            assert_int_equal(json_integer_value(json_object_get(c, "active_decode_blocks")),
+                             want_blocks[i]);
+        }
+        assert_true(seen);
         json_decref(r);
+        free(body);
+        json_decref(post(f, "/free", "{\"request_id\": \"probe\"}", &st));
+        assert_int_equal(st, 200);
     }
+    r = post(f, "/free", "{\"request_id\": \"req-1\"}", &st);
+    assert_int_equal(st, 404);
+    json_decref(r);
     r = post(f, "/prefill_done", "{\"request_id\": \"never\"}", &st);
     assert_int_equal(st, 404);
     assert_non_null(strstr(json_string_value(json_object_get(r, "error")), "request_id"));
