@@ -82,6 +82,24 @@ static void cost_of(const cost_params *p, kvr_route_cost *c, uint64_t isl, uint3
     c->cost = p->load_scale * (prefill > 0 ? prefill : 0) + (double)c->active_decode_blocks;
 }
 
+/* Candidate i's overlaps, its current load and its cost; caller holds r->mu. */
+static void fill_cost(kvr_router *r, kvr_index *idx, const cost_params *p,
+                      const kvr_query_entry *e, uint64_t isl, uint32_t bs, kvr_route_cost *c)
+{
+    c->worker_id = e->worker_id;
+    c->dp_rank = e->dp_rank;
+    c->gpu_blocks = e->gpu_blocks;
+    c->cpu_blocks = e->cpu_blocks;
+    c->disk_blocks = e->disk_blocks;
+    c->routing_tokens = e->routing_tokens;
+    route_load *l = route_load_find(&r->bk, (uintptr_t)idx, e->worker_id, e->dp_rank, false);
+    if (l) {
+        c->active_prefill_tokens = l->prefill_tokens;
+        c->active_decode_blocks = l->decode_blocks;
+    }
+    cost_of(p, c, isl, bs);
+}
+
 static bool same_cost(double a, double b)
 {
     return fabs(a - b) <= 1e-9 * (1.0 + fabs(a) + fabs(b));
@@ -190,7 +208,8 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
     if (st == KVR_ROUTE_OK && !(c = calloc(q.n_entries, sizeof *c)))
         st = KVR_ROUTE_NO_MEMORY;
     if (st != KVR_ROUTE_OK) {
-        snprintf(out->error, sizeof out->error, "%s", st == KVR_ROUTE_NO_MEMORY ? "out of memory" : q.error);
+        snprintf(out->error, sizeof out->error, "%s",
+                 st == KVR_ROUTE_NO_MEMORY ? "out of memory" : q.error);
         kvr_query_result_free(&q);
         return st;
     }
@@ -202,21 +221,8 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
 
     pthread_mutex_lock(&r->mu);
     route_bookings_expire(&r->bk, route_now());
-    for (size_t i = 0; i < n; i++) {
-        const kvr_query_entry *e = &q.entries[i];
-        c[i].worker_id = e->worker_id;
-        c[i].dp_rank = e->dp_rank;
-        c[i].gpu_blocks = e->gpu_blocks;
-        c[i].cpu_blocks = e->cpu_blocks;
-        c[i].disk_blocks = e->disk_blocks;
-        c[i].routing_tokens = e->routing_tokens;
-        route_load *l = route_load_find(&r->bk, (uintptr_t)idx, e->worker_id, e->dp_rank, false);
-        if (l) {
-            c[i].active_prefill_tokens = l->prefill_tokens;
-            c[i].active_decode_blocks = l->decode_blocks;
-        }
-        cost_of(&p, &c[i], isl, bs);
-    }
+    for (size_t i = 0; i < n; i++)
+        fill_cost(r, idx, &p, &q.entries[i], isl, bs, &c[i]);
     size_t pick, ties = 1;
     kvr_route_reason reason;
     if (p.temperature > 0 && n > 1) {
