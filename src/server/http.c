@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "server/json_body.h"
 #include "server/server_internal.h"
 
 /* Route-layer handlers (/query, /route, /prefill_done, /free) live in
@@ -144,7 +145,8 @@ static void dispatch(kvr_server *srv, struct MHD_Connection *conn, const char *u
         json_t *body = NULL;
         if (strcmp(method, "POST") == 0) {
             json_error_t jerr;
-            body = json_loadb(rc->buf ? rc->buf : "", rc->len, JSON_REJECT_DUPLICATES, &jerr);
+            body = kvr_json_load_body(rc->buf ? rc->buf : "", rc->len, JSON_REJECT_DUPLICATES,
+                                      &jerr);
             if (!body) {
                 kvr_api_error(reply, 400, "malformed JSON body: %s (line %d, column %d)",
                               jerr.text, jerr.line, jerr.column);
