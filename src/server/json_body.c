@@ -149,38 +149,39 @@ static int placeholder_index(const char *s, const char *prefix, size_t plen, siz
     return (*e == 0 && i < n_arrs) ? (int)i : -1;
 }
 
+/* Replaces v in place (via set) when it is a placeholder, else recurses. */
+static bool splice(json_t *j, const fast_state *st, const char *prefix, size_t plen);
+
+static bool visit(json_t *v, const fast_state *st, const char *prefix, size_t plen,
+                  json_t **replacement)
+{
+    *replacement = NULL;
+    if (!json_is_string(v))
+        return splice(v, st, prefix, plen);
+    int i = placeholder_index(json_string_value(v), prefix, plen, st->n_arrs);
+    if (i < 0)
+        return true;
+    *replacement = kvr_json_int_array(st->vals + st->arrs[i].first, st->arrs[i].n);
+    return *replacement != NULL;
+}
+
 static bool splice(json_t *j, const fast_state *st, const char *prefix, size_t plen)
 {
+    json_t *rep;
     if (json_is_object(j)) {
         const char *key;
         json_t *v;
         json_object_foreach(j, key, v)
         {
-            if (json_is_string(v)) {
-                int i = placeholder_index(json_string_value(v), prefix, plen, st->n_arrs);
-                if (i >= 0) {
-                    json_t *a = kvr_json_int_array(st->vals + st->arrs[i].first, st->arrs[i].n);
-                    if (!a || json_object_set_new(j, key, a) != 0)
-                        return false;
-                }
-            } else if (!splice(v, st, prefix, plen)) {
+            if (!visit(v, st, prefix, plen, &rep) ||
+                (rep && json_object_set_new(j, key, rep) != 0))
                 return false;
-            }
         }
     } else if (json_is_array(j)) {
-        for (size_t k = 0; k < json_array_size(j); k++) {
-            json_t *v = json_array_get(j, k);
-            if (json_is_string(v)) {
-                int i = placeholder_index(json_string_value(v), prefix, plen, st->n_arrs);
-                if (i >= 0) {
-                    json_t *a = kvr_json_int_array(st->vals + st->arrs[i].first, st->arrs[i].n);
-                    if (!a || json_array_set_new(j, k, a) != 0)
-                        return false;
-                }
-            } else if (!splice(v, st, prefix, plen)) {
+        for (size_t k = 0; k < json_array_size(j); k++)
+            if (!visit(json_array_get(j, k), st, prefix, plen, &rep) ||
+                (rep && json_array_set_new(j, k, rep) != 0))
                 return false;
-            }
-        }
     }
     return true;
 }
