@@ -378,6 +378,81 @@ static void test_health_and_metrics(void **state)
     kvr_server_stop(s.srv);
 }
 
+/* Every field of every POST endpoint set to every wrong JSON type: never a
+ * 5xx, never a crash, and what is indexed stays indexed. */
+static void test_wrong_types_never_touch_state(void **state)
+{
+    (void)state;
+    srv_t s;
+    start(&s, 0, NULL, 0, NULL);
+    th_engine e;
+    th_engine_start(&e);
+    char body[1024];
+    reg_body(body, sizeof body, 4, &e, BS, NULL);
+    assert_int_equal(th_register(s.base, body, NULL), 201);
+    assert_true(th_engine_wait_sub(&e, WAIT));
+    uint64_t tokens[8] = {9, 8, 7, 6, 5, 4, 3, 2}, hashes[2] = {41, 42}, local[2];
+    th_local_hashes(tokens, 8, BS, local, 2);
+    kvr_raw_event ev = th_store(hashes, 2, 0, tokens, BS);
+    th_send_events(&e, 0, &ev, 1, true);
+    assert_int_equal(th_wait_score(s.base, "m", local, 2, 4, 0, 2 * BS, WAIT), 2 * BS);
+
+    const char *paths[] = {"/register", "/unregister", "/query_by_hash", "/query", "/route",
+                           "/free", "/prefill_done"};
+    const char *fields[] = {"instance_id", "endpoint", "model_name", "block_size",
+                            "routing_group", "dp_rank", "replay_endpoint", "topic",
+                            "lora_name", "mm_identity", "accepts_mm_hashes", "is_eagle",
+                            "block_hashes", "token_ids", "mm_items", "request_id", "cache_salt",
+                            "osl", "temperature", "worker_id"};
+    const char *values[] = {"null", "true", "-1", "1.5", "18446744073709551616", "\"\"",
+                            "\"x\"", "[]", "[null]", "[-1]", "[\"a\"]", "{}", "[[1,2]]",
+                            "[{\"start\":5,\"end\":1}]"};
+    /* A valid base so each request fails on the one field under test. */
+    char valid[512];
+    snprintf(valid, sizeof valid,
+             "{\"instance_id\":99,\"endpoint\":\"%s\",\"model_name\":\"m\",\"block_size\":%d,"
+             "\"block_hashes\":[1],\"token_ids\":[1,2,3,4],\"request_id\":\"r\"}",
+             e.endpoint, BS);
+    json_t *base_obj = json_loads(valid, JSON_DECODE_ANY, NULL);
+    int n5xx = 0, n = 0;
+    for (size_t p = 0; p < sizeof paths / sizeof *paths; p++)
+        for (size_t f = 0; f < sizeof fields / sizeof *fields; f++)
+            for (size_t v = 0; v < sizeof values / sizeof *values; v++) {
+                /* The valid base without the field, then the field as text
+                 * (some values are beyond what jansson can hold). */
+                json_t *copy = json_deep_copy(base_obj);
+                json_object_del(copy, fields[f]);
+                char *rest = json_dumps(copy, JSON_COMPACT);
+                json_decref(copy);
+                char b[1024], b2[256];
+                rest[strlen(rest) - 1] = 0; /* drop the closing brace */
+                snprintf(b, sizeof b, "%s,\"%s\":%s}", rest, fields[f], values[v]);
+                free(rest);
+                snprintf(b2, sizeof b2, "{\"%s\":%s}", fields[f], values[v]);
+                const char *bodies[2] = {b, b2};
+                for (int k = 0; k < 2; k++) {
+                    char err[512];
+                    long st = post(&s, paths[p], bodies[k], err, sizeof err);
+                    n++;
+                    if (st >= 500 || st == 0) {
+                        fprintf(stderr, "%s %s -> %ld %s\n", paths[p], bodies[k], st, err);
+                        n5xx++;
+                    }
+                    if (st >= 400 && !err[0])
+                        fail_msg("%s %s -> %ld without an error message", paths[p], bodies[k],
+                                 st);
+                }
+            }
+    json_decref(base_obj);
+    assert_true(n > 1000);
+    assert_int_equal(n5xx, 0);
+    /* Worker 4 and its blocks are untouched (some requests registered and
+     * then unregistered worker 99; none may touch worker 4). */
+    assert_int_equal(th_score(s.base, "m", local, 2, 4, 0), 2 * BS);
+    th_engine_stop(&e);
+    kvr_server_stop(s.srv);
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_ALL);
@@ -388,6 +463,7 @@ int main(void)
         cmocka_unit_test(test_query_matches_query_by_hash),
         cmocka_unit_test(test_dump_and_peer_recovery),
         cmocka_unit_test(test_health_and_metrics),
+        cmocka_unit_test(test_wrong_types_never_touch_state),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();
