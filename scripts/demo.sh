@@ -34,7 +34,8 @@ if port_busy "$port"; then
     port=0
 fi
 
-"$bin" serve --listen "127.0.0.1:$port" >"$log" 2>&1 &
+# A fixed seed makes the router's random tie-breaks repeatable run to run.
+"$bin" serve --listen "127.0.0.1:$port" --router-opt rng_seed=1 >"$log" 2>&1 &
 serve_pid=$!
 cleanup() {
     kill "$serve_pid" 2>/dev/null || true

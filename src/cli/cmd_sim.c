@@ -242,7 +242,7 @@ int kvr_cmd_sim(int argc, char **argv)
     pid_t router_pid = -1;
     char url[128];
     if (which[KVR_SIM_KVROUTER] && !cfg.router_url) {
-        if (kvr_sim_router_spawn("/proc/self/exe", url, sizeof url, &router_pid, 10000, err,
+        if (kvr_sim_router_spawn("/proc/self/exe", cfg.seed, url, sizeof url, &router_pid, 10000, err,
                                  sizeof err) != 0) {
             fprintf(stderr, "kvrouter sim: %s\n", err);
             rc = 1;

@@ -172,8 +172,8 @@ static int free_port(void)
     return port;
 }
 
-int kvr_sim_router_spawn(const char *exe, char *url, size_t urllen, pid_t *pid_out,
-                         int timeout_ms, char *err, size_t errlen)
+int kvr_sim_router_spawn(const char *exe, uint64_t rng_seed, char *url, size_t urllen,
+                         pid_t *pid_out, int timeout_ms, char *err, size_t errlen)
 {
     int port = free_port();
     if (port < 0) {
@@ -183,6 +183,8 @@ int kvr_sim_router_spawn(const char *exe, char *url, size_t urllen, pid_t *pid_o
     char listen[64];
     snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
     snprintf(url, urllen, "http://127.0.0.1:%d", port);
+    char seed[64];
+    snprintf(seed, sizeof seed, "rng_seed=%llu", (unsigned long long)(rng_seed ? rng_seed : 1));
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
@@ -192,7 +194,7 @@ int kvr_sim_router_spawn(const char *exe, char *url, size_t urllen, pid_t *pid_o
     if (pid == 0) {
         /* The router's logs go to stderr; keep stdout for the sim's table. */
         dup2(STDERR_FILENO, STDOUT_FILENO);
-        execl(exe, exe, "serve", "--listen", listen, (char *)NULL);
+        execl(exe, exe, "serve", "--listen", listen, "--router-opt", seed, (char *)NULL);
         fprintf(stderr, "exec %s: %s\n", exe, strerror(errno));
         _exit(127);
     }
