@@ -10,26 +10,45 @@
 
 /* ---- node array and child table ---- */
 
+/* Chunks cover ids below the allocator's top (plus one spare chunk, so a
+ * count hovering at a chunk boundary does not allocate and free repeatedly;
+ * an index holding only the root keeps just the first chunk). */
 static int sync_nodes(kvr_index *idx)
 {
-    uint32_t cap = idx->node_ids.cap;
-    if (cap == idx->nodes_cap)
-        return 0;
-    kvr_node *n = realloc(idx->nodes, (size_t)cap * sizeof *n);
-    if (!n)
-        return cap < idx->nodes_cap ? 0 : -1; /* a failed shrink keeps the larger array */
-    idx->nodes = n;
-    idx->nodes_cap = cap;
-    kvr_hugepage_hint(n, (size_t)cap * sizeof *n);
+    uint32_t top = idx->node_ids.top;
+    uint32_t need = (top + KVR_NODE_CHUNK - 1) >> KVR_NODE_CHUNK_BITS;
+    while (idx->n_chunks < need) {
+        if (idx->n_chunks == idx->chunks_cap) {
+            uint32_t ncap = idx->chunks_cap ? idx->chunks_cap * 2 : 8;
+            kvr_node **nc = realloc(idx->chunks, (size_t)ncap * sizeof *nc);
+            if (!nc)
+                return -1;
+            idx->chunks = nc;
+            idx->chunks_cap = ncap;
+        }
+        kvr_node *c = malloc((size_t)KVR_NODE_CHUNK * sizeof *c);
+        if (!c)
+            return -1;
+        idx->chunks[idx->n_chunks++] = c;
+    }
+    uint32_t keep = idx->node_ids.count <= 1 ? 1 : need + 1;
+    while (idx->n_chunks > keep)
+        free(idx->chunks[--idx->n_chunks]);
+    if (idx->chunks_cap > 8 && idx->n_chunks * 4 <= idx->chunks_cap) {
+        kvr_node **nc = realloc(idx->chunks, (size_t)(idx->chunks_cap / 2) * sizeof *nc);
+        if (nc) {
+            idx->chunks = nc;
+            idx->chunks_cap /= 2;
+        }
+    }
     return 0;
 }
 
 static void child_place(uint64_t *t, uint32_t cap, uint64_t slot)
 {
-    uint32_t mask = cap - 1;
-    uint32_t i = (uint32_t)(slot >> 32) & mask;
+    uint32_t i = kvr_fastrange((uint32_t)(slot >> 32), cap);
     while (t[i])
-        i = (i + 1) & mask;
+        i = kvr_probe_next(i, cap);
     t[i] = slot;
 }
 
@@ -53,11 +72,12 @@ static int child_resize(kvr_index *idx, uint32_t cap)
 
 static int child_insert(kvr_index *idx, uint32_t id)
 {
-    /* max load 3/4: most lookups during a match hit, stores mostly miss */
-    if ((idx->child_len + 1) * 4 > idx->child_cap * 3 &&
+    /* max load 4/5: tags make long probe runs cheap (no node access per
+     * probe) */
+    if ((uint64_t)(idx->child_len + 1) * 5 > (uint64_t)idx->child_cap * 4 &&
         child_resize(idx, idx->child_cap ? idx->child_cap * 2 : CHILD_MIN) < 0)
         return -1;
-    const kvr_node *nd = &idx->nodes[id];
+    const kvr_node *nd = &KVR_NODE(idx, id);
     child_place(idx->child, idx->child_cap, (uint64_t)nd->tag << 32 | id);
     idx->child_len++;
     return 0;
@@ -65,15 +85,15 @@ static int child_insert(kvr_index *idx, uint32_t id)
 
 static void child_delete(kvr_index *idx, uint32_t id)
 {
-    uint32_t mask = idx->child_cap - 1;
-    const kvr_node *nd = &idx->nodes[id];
+    uint32_t cap = idx->child_cap;
+    const kvr_node *nd = &KVR_NODE(idx, id);
     uint64_t slot = (uint64_t)nd->tag << 32 | id;
-    uint32_t i = (uint32_t)(slot >> 32) & mask;
+    uint32_t i = kvr_fastrange(nd->tag, cap);
     while (idx->child[i] != slot)
-        i = (i + 1) & mask;
+        i = kvr_probe_next(i, cap);
     uint32_t hole = i;
-    for (uint32_t j = (i + 1) & mask; idx->child[j]; j = (j + 1) & mask) {
-        uint32_t h = (uint32_t)(idx->child[j] >> 32) & mask;
+    for (uint32_t j = kvr_probe_next(i, cap); idx->child[j]; j = kvr_probe_next(j, cap)) {
+        uint32_t h = kvr_fastrange((uint32_t)(idx->child[j] >> 32), cap);
         if (!kvr_probe_stays(hole, j, h)) {
             idx->child[hole] = idx->child[j];
             hole = j;
@@ -97,33 +117,33 @@ static uint32_t node_new(kvr_index *idx, uint32_t parent, uint64_t local, uint64
         kvr_ids_put(&idx->node_ids, id);
         return KVR_NIL;
     }
-    kvr_node *nd = &idx->nodes[id];
+    kvr_node *nd = &KVR_NODE(idx, id);
     *nd = (kvr_node){.local = local,
                      .engine = engine,
                      .parent = parent,
-                     .tag = kvr_chain_tag(idx->nodes[parent].tag, local)};
+                     .tag = kvr_chain_tag(KVR_NODE(idx, parent).tag, local)};
     if (child_insert(idx, id) < 0) {
         kvr_ids_put(&idx->node_ids, id);
         sync_nodes(idx);
         return KVR_NIL;
     }
-    kvr_node *p = &idx->nodes[parent];
+    kvr_node *p = &KVR_NODE(idx, parent);
     nd->next = p->first_child;
     if (p->first_child)
-        idx->nodes[p->first_child].prev = id;
+        KVR_NODE(idx, p->first_child).prev = id;
     p->first_child = id;
     return id;
 }
 
 static void node_unlink(kvr_index *idx, uint32_t id)
 {
-    kvr_node *nd = &idx->nodes[id];
+    kvr_node *nd = &KVR_NODE(idx, id);
     if (nd->prev)
-        idx->nodes[nd->prev].next = nd->next;
+        KVR_NODE(idx, nd->prev).next = nd->next;
     else
-        idx->nodes[nd->parent].first_child = nd->next;
+        KVR_NODE(idx, nd->parent).first_child = nd->next;
     if (nd->next)
-        idx->nodes[nd->next].prev = nd->prev;
+        KVR_NODE(idx, nd->next).prev = nd->prev;
 }
 
 /* Frees a node that holds no owner and has no child (the common case: an
@@ -131,7 +151,7 @@ static void node_unlink(kvr_index *idx, uint32_t id)
 static void node_release(kvr_index *idx, uint32_t id)
 {
     child_delete(idx, id);
-    idx->nodes[id].set = KVR_OSET_EMPTY;
+    KVR_NODE(idx, id).set = KVR_OSET_EMPTY;
     kvr_ids_put(&idx->node_ids, id);
     sync_nodes(idx);
 }
@@ -149,7 +169,7 @@ static void drop_ownership_count(kvr_index *idx, uint32_t owner)
 static void reclaim(kvr_index *idx, uint32_t top)
 {
     node_unlink(idx, top);
-    if (!idx->nodes[top].first_child) {
+    if (!KVR_NODE(idx, top).first_child) {
         node_release(idx, top);
         return;
     }
@@ -157,7 +177,7 @@ static void reclaim(kvr_index *idx, uint32_t top)
     idx->stack[sp++] = top;
     while (sp) {
         uint32_t x = idx->stack[--sp];
-        for (uint32_t c = idx->nodes[x].first_child; c; c = idx->nodes[c].next) {
+        for (uint32_t c = KVR_NODE(idx, x).first_child; c; c = KVR_NODE(idx, c).next) {
             if (sp == idx->stack_cap) {
                 uint32_t *ns = realloc(idx->stack, idx->stack_cap * 2 * sizeof *ns);
                 if (!ns)
@@ -167,7 +187,7 @@ static void reclaim(kvr_index *idx, uint32_t top)
             }
             idx->stack[sp++] = c;
         }
-        uint32_t set = idx->nodes[x].set;
+        uint32_t set = KVR_NODE(idx, x).set;
         if (set != KVR_OSET_EMPTY) {
             const kvr_oset *o = kvr_osets_get(&idx->sets, set);
             const uint32_t *e = kvr_oset_entries(o);
@@ -198,10 +218,10 @@ static void reclaim(kvr_index *idx, uint32_t top)
  * Returns false on OOM (nothing changed). */
 static bool set_entry(kvr_index *idx, uint32_t node, uint32_t owner, uint32_t new_entry)
 {
-    uint32_t s = kvr_osets_apply(&idx->sets, idx->nodes[node].set, owner, new_entry);
+    uint32_t s = kvr_osets_apply(&idx->sets, KVR_NODE(idx, node).set, owner, new_entry);
     if (s == UINT32_MAX)
         return false;
-    idx->nodes[node].set = s;
+    KVR_NODE(idx, node).set = s;
     return true;
 }
 
@@ -214,7 +234,7 @@ static void detach(kvr_index *idx, uint32_t owner, uint32_t node, uint64_t h, ui
     drop_ownership_count(idx, owner);
     if (!set_entry(idx, node, owner, 0))
         abort(); /* removing an entry only needs memory when creating the smaller set */
-    if (idx->nodes[node].set == KVR_OSET_EMPTY)
+    if (KVR_NODE(idx, node).set == KVR_OSET_EMPTY)
         reclaim(idx, node);
 }
 
@@ -241,8 +261,8 @@ kvr_index *kvr_index_create(void)
         kvr_index_destroy(idx);
         return NULL;
     }
-    memset(&idx->nodes[KVR_ROOT], 0, sizeof(kvr_node));
-    idx->nodes[KVR_ROOT].tag = KVR_ROOT_TAG;
+    memset(&KVR_NODE(idx, KVR_ROOT), 0, sizeof(kvr_node));
+    KVR_NODE(idx, KVR_ROOT).tag = KVR_ROOT_TAG;
     return idx;
 }
 
@@ -253,7 +273,9 @@ void kvr_index_destroy(kvr_index *idx)
     for (uint32_t i = 0; i < idx->n_owners; i++)
         kvr_handles_free(&idx->owners[i].handles);
     free(idx->owners);
-    free(idx->nodes);
+    for (uint32_t c = 0; c < idx->n_chunks; c++)
+        free(idx->chunks[c]);
+    free(idx->chunks);
     free(idx->child);
     free(idx->stack);
     kvr_ids_free(&idx->node_ids);
@@ -335,10 +357,10 @@ static uint32_t store_block(kvr_index *idx, uint32_t owner, uint32_t bit, uint32
         /* The engine reuses a hash for other content: the newest store wins.
          * Leaving the old node can reclaim a subtree holding cur (when the
          * hash was an ancestor's): then the rest of the chain has no parent. */
-        detach(idx, owner, old, e, kvr_osets_find(&idx->sets, idx->nodes[old].set, owner));
+        detach(idx, owner, old, e, kvr_osets_find(&idx->sets, KVR_NODE(idx, old).set, owner));
         if (cur != KVR_ROOT && !kvr_ids_used(&idx->node_ids, cur))
             return KVR_NIL;
-        if (cur != KVR_ROOT && idx->nodes[cur].set == KVR_OSET_EMPTY)
+        if (cur != KVR_ROOT && KVR_NODE(idx, cur).set == KVR_OSET_EMPTY)
             return KVR_NIL;
         child = kvr_tree_child(idx, cur, l);
     }
@@ -350,7 +372,7 @@ static uint32_t store_block(kvr_index *idx, uint32_t owner, uint32_t bit, uint32
         created = true;
     }
     *fresh = created;
-    uint32_t entry = created ? 0 : kvr_osets_find(&idx->sets, idx->nodes[child].set, owner);
+    uint32_t entry = created ? 0 : kvr_osets_find(&idx->sets, KVR_NODE(idx, child).set, owner);
     uint32_t tiers = entry & KVR_OSET_TIERS;
     bool was_exc = entry & KVR_OSET_EXC;
     if (entry) {
@@ -358,7 +380,7 @@ static uint32_t store_block(kvr_index *idx, uint32_t owner, uint32_t bit, uint32
         if (h != e) /* same block under a new engine hash: the new one replaces it */
             kvr_handles_del(hm, h);
     }
-    bool exc = e != idx->nodes[child].engine;
+    bool exc = e != KVR_NODE(idx, child).engine;
     uint64_t exc_key = (uint64_t)owner << 32 | child;
     if ((exc && kvr_u64map_put(&idx->exc, exc_key, e) < 0) ||
         kvr_handles_put(hm, e, child) < 0 ||
@@ -402,7 +424,7 @@ kvr_drop_reason kvr_index_store(kvr_index *idx, kvr_owner owner, kvr_tier tier, 
      * slots depend only on the event, not on the blocks before. */
     const kvr_handles *hm = &idx->owners[owner].handles;
     uint32_t tags[STORE_RING];
-    uint32_t tag = idx->nodes[cur].tag;
+    uint32_t tag = KVR_NODE(idx, cur).tag;
     size_t ahead = 0;
     bool fresh = false;
     for (size_t i = 0; i < n; i++) {
@@ -439,7 +461,7 @@ size_t kvr_index_remove(kvr_index *idx, kvr_owner owner, kvr_tier tier,
     for (size_t i = 0; i < n; i++) {
         uint32_t node = kvr_handles_get(&idx->owners[owner].handles, engine_hashes[i]);
         uint32_t entry =
-            node == KVR_HANDLE_NONE ? 0 : kvr_osets_find(&idx->sets, idx->nodes[node].set, owner);
+            node == KVR_HANDLE_NONE ? 0 : kvr_osets_find(&idx->sets, KVR_NODE(idx, node).set, owner);
         if (!(entry & bit)) { /* unknown handle, or not held on this tier */
             unknown++;
             continue;
@@ -474,9 +496,9 @@ void kvr_index_clear_owner(kvr_index *idx, kvr_owner owner)
         uint32_t x = nodes[i];
         /* an earlier reclamation may have freed it with its subtree (no
          * allocation happens here, so a freed id is not reused meanwhile) */
-        if (!kvr_ids_used(&idx->node_ids, x) || idx->nodes[x].set == KVR_OSET_EMPTY)
+        if (!kvr_ids_used(&idx->node_ids, x) || KVR_NODE(idx, x).set == KVR_OSET_EMPTY)
             continue;
-        uint32_t entry = kvr_osets_find(&idx->sets, idx->nodes[x].set, owner);
+        uint32_t entry = kvr_osets_find(&idx->sets, KVR_NODE(idx, x).set, owner);
         if (!entry)
             continue;
         if (entry & KVR_OSET_EXC)
@@ -484,7 +506,7 @@ void kvr_index_clear_owner(kvr_index *idx, kvr_owner owner)
         drop_ownership_count(idx, owner);
         if (!set_entry(idx, x, owner, 0))
             abort();
-        if (idx->nodes[x].set == KVR_OSET_EMPTY)
+        if (KVR_NODE(idx, x).set == KVR_OSET_EMPTY)
             reclaim(idx, x);
     }
     free(nodes);
@@ -495,7 +517,8 @@ out:
 void kvr_index_stats_get(kvr_index *idx, kvr_index_stats *out)
 {
     pthread_rwlock_rdlock(&idx->lock);
-    size_t bytes = sizeof *idx + (size_t)idx->nodes_cap * sizeof(kvr_node) +
+    size_t bytes = sizeof *idx + (size_t)idx->n_chunks * KVR_NODE_CHUNK * sizeof(kvr_node) +
+                   (size_t)idx->chunks_cap * sizeof(kvr_node *) +
                    kvr_ids_bytes(&idx->node_ids) + (size_t)idx->child_cap * sizeof(uint64_t) +
                    kvr_osets_bytes(&idx->sets) + (size_t)idx->owners_cap * sizeof(kvr_owner_rec) +
                    kvr_u64map_bytes(&idx->by_worker) + kvr_u64map_bytes(&idx->exc) +

@@ -54,7 +54,7 @@ static void emit(kvr_index *idx, uint32_t x, const conn *c, const conn *pc, kvr_
             .has_parent = pc != NULL,
             .parent = pc ? pc->handle : 0,
             .engine_hashes = &c->handle,
-            .local_hashes = &idx->nodes[x].local,
+            .local_hashes = &KVR_NODE(idx, x).local,
             .n = 1,
         };
         fn(user, &ev);
@@ -65,7 +65,7 @@ static void emit(kvr_index *idx, uint32_t x, const conn *c, const conn *pc, kvr_
 static int enter(kvr_index *idx, walk *w, uint32_t x, const frame *parent, kvr_dump_fn fn,
                  void *user)
 {
-    const kvr_oset *o = kvr_osets_get(&idx->sets, idx->nodes[x].set);
+    const kvr_oset *o = kvr_osets_get(&idx->sets, KVR_NODE(idx, x).set);
     const uint32_t *e = kvr_oset_entries(o);
     if (reserve((void **)&w->a, &w->cap, w->len + o->len, sizeof *w->a) < 0 ||
         reserve((void **)&w->f, &w->fcap, w->flen + 1, sizeof *w->f) < 0)
@@ -90,7 +90,7 @@ static int enter(kvr_index *idx, walk *w, uint32_t x, const frame *parent, kvr_d
         c->handle = kvr_tree_handle(idx, owner, x, e[k]);
         emit(idx, x, c, pc, fn, user);
     }
-    w->f[w->flen++] = (frame){x, idx->nodes[x].first_child, off, w->len - off};
+    w->f[w->flen++] = (frame){x, KVR_NODE(idx, x).first_child, off, w->len - off};
     return 0;
 }
 
@@ -98,7 +98,7 @@ void kvr_index_dump(kvr_index *idx, kvr_dump_fn fn, void *user)
 {
     pthread_rwlock_rdlock(&idx->lock);
     walk w = {0};
-    for (uint32_t top = idx->nodes[KVR_ROOT].first_child; top; top = idx->nodes[top].next) {
+    for (uint32_t top = KVR_NODE(idx, KVR_ROOT).first_child; top; top = KVR_NODE(idx, top).next) {
         if (enter(idx, &w, top, NULL, fn, user) < 0)
             goto out;
         while (w.flen) {
@@ -109,7 +109,7 @@ void kvr_index_dump(kvr_index *idx, kvr_dump_fn fn, void *user)
                 continue;
             }
             uint32_t c = f->next_child;
-            f->next_child = idx->nodes[c].next;
+            f->next_child = KVR_NODE(idx, c).next;
             frame parent = *f; /* enter may move the frame array */
             if (enter(idx, &w, c, &parent, fn, user) < 0)
                 goto out;

@@ -18,12 +18,20 @@ typedef struct __attribute__((packed)) {
 
 typedef struct {
     kvr_handle_slot *slots;
-    uint32_t cap, len; /* cap is 0 or a power of two */
+    uint32_t cap, len;
     bool has_zero;
     uint32_t zero_val;
 } kvr_handles;
 
 #define KVR_HANDLE_NONE UINT32_MAX
+
+/* Slot of hash h in a table of n slots (any n, not just powers of two, so
+ * tables can grow by 1.5x and waste less memory). */
+static inline uint32_t kvr_fastrange(uint32_t h, uint32_t n)
+{
+    return (uint32_t)(((uint64_t)h * n) >> 32);
+}
+static inline uint32_t kvr_probe_next(uint32_t i, uint32_t n) { return i + 1 == n ? 0 : i + 1; }
 
 /* Backward-shift deletion in a linear-probing table: the entry at j (home
  * slot `home`) stays put unless the hole lies cyclically in [home, j). Shared
@@ -43,7 +51,7 @@ bool kvr_handles_del(kvr_handles *m, uint64_t key);
 static inline void kvr_handles_prefetch(const kvr_handles *m, uint64_t key)
 {
     if (m->cap)
-        __builtin_prefetch(&m->slots[(uint32_t)kvr_mix64(key) & (m->cap - 1)]);
+        __builtin_prefetch(&m->slots[kvr_fastrange((uint32_t)kvr_mix64(key), m->cap)]);
 }
 /* it starts at 0; the map must not change while iterating. */
 bool kvr_handles_next(const kvr_handles *m, size_t *it, uint64_t *key, uint32_t *val);

@@ -72,7 +72,10 @@ bool kvr_ids_used(const kvr_ids *a, uint32_t id)
 uint32_t kvr_ids_get(kvr_ids *a)
 {
     if (a->count == a->cap) {
-        if (a->cap >= MAX_CAP || rebuild(a, a->cap ? a->cap * 2 : MIN_CAP) < 0)
+        /* 1.25x growth: the node array is the largest structure and its
+         * capacity follows this one */
+        uint32_t ncap = a->cap ? a->cap * 2 : MIN_CAP;
+        if (a->cap >= MAX_CAP || rebuild(a, ncap) < 0)
             return UINT32_MAX;
     }
     uint32_t w = 0;
@@ -120,9 +123,8 @@ void kvr_ids_put(kvr_ids *a, uint32_t id)
             word = a->bits[--w];
         a->top = w * 64 + 64 - (uint32_t)__builtin_clzll(word);
     }
-    uint32_t cap = a->cap;
-    while (cap > MIN_CAP && a->top <= cap / 4)
-        cap /= 2;
-    if (cap != a->cap)
-        rebuild(a, cap); /* on OOM keep the larger bitmap */
+    if (a->cap > MIN_CAP && a->top <= a->cap / 2) {
+        uint32_t cap = (a->top + a->top / 4 + 63) / 64 * 64;
+        rebuild(a, cap < MIN_CAP ? MIN_CAP : cap); /* on OOM keep the larger bitmap */
+    }
 }

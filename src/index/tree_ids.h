@@ -21,10 +21,10 @@ typedef struct {
 
 void kvr_ids_init(kvr_ids *a);
 void kvr_ids_free(kvr_ids *a);
-/* Lowest free id; grows cap (doubling) when full. UINT32_MAX on OOM or
+/* Lowest free id; grows cap by 1.25x when full. UINT32_MAX on OOM or
  * exhaustion. Callers compare a->cap with their arrays afterwards. */
 uint32_t kvr_ids_get(kvr_ids *a);
-/* Frees id; may shrink cap when the top three quarters are free. */
+/* Frees id; may shrink cap when the top half is free. */
 void kvr_ids_put(kvr_ids *a, uint32_t id);
 bool kvr_ids_used(const kvr_ids *a, uint32_t id);
 size_t kvr_ids_bytes(const kvr_ids *a);

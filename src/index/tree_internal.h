@@ -1,8 +1,8 @@
 /* Internal layout of the prefix index (include/kvrouter/index.h), shared by
  * tree.c (mutations), tree_match.c and tree_dump.c.
  *
- * Nodes live in one array addressed by u32 ids (0 is the root), allocated
- * lowest-id-first so the array shrinks back after churn. Children are found
+ * Nodes are addressed by u32 ids (0 is the root), allocated lowest-id-first
+ * so their chunks are released again after churn. Children are found
  * through one global open-addressing table keyed by (parent id, local hash);
  * sibling links exist for subtree reclamation and dumps. A node's owners are
  * an interned set (tree_sets.h). Each owner maps its engine hashes to nodes
@@ -32,6 +32,13 @@ typedef struct {
     uint32_t tag;    /* kvr_chain_tag of the path from the root: locates it in the child table */
 } kvr_node;
 
+/* Nodes live in fixed chunks, allocated as the highest live id grows and
+ * freed as it falls: no reallocation copies of a large array, and memory
+ * follows the live node count closely (ids are handed out lowest first). */
+#define KVR_NODE_CHUNK_BITS 13
+#define KVR_NODE_CHUNK (1u << KVR_NODE_CHUNK_BITS)
+#define KVR_NODE(idx, id) ((idx)->chunks[(id) >> KVR_NODE_CHUNK_BITS][(id) & (KVR_NODE_CHUNK - 1)])
+
 typedef struct {
     uint64_t worker_id;
     uint32_t dp_rank;
@@ -42,8 +49,8 @@ typedef struct {
 
 struct kvr_index {
     pthread_rwlock_t lock;
-    kvr_node *nodes;
-    uint32_t nodes_cap;
+    kvr_node **chunks; /* node id -> chunks[id >> KVR_NODE_CHUNK_BITS][id & mask] */
+    uint32_t n_chunks, chunks_cap;
     kvr_ids node_ids;
     uint64_t *child; /* slot: tag << 32 | node id (see kvr_chain_tag); 0 = empty */
     uint32_t child_cap, child_len;
@@ -87,7 +94,7 @@ static inline uint32_t kvr_chain_tag(uint32_t parent_tag, uint64_t local)
 
 static inline const uint64_t *kvr_child_home(const struct kvr_index *idx, uint32_t tag)
 {
-    return &idx->child[tag & (idx->child_cap - 1)];
+    return &idx->child[kvr_fastrange(tag, idx->child_cap)];
 }
 
 /* Child of parent with this local hash and tag, KVR_NIL if none. */
@@ -96,13 +103,12 @@ static inline uint32_t kvr_tree_child_tagged(const struct kvr_index *idx, uint32
 {
     if (!idx->child_cap)
         return KVR_NIL;
-    uint32_t mask = idx->child_cap - 1;
-    for (uint32_t i = tag & mask;; i = (i + 1) & mask) {
+    for (uint32_t i = kvr_fastrange(tag, idx->child_cap);; i = kvr_probe_next(i, idx->child_cap)) {
         uint64_t s = idx->child[i];
         if (!s)
             return KVR_NIL;
         if ((uint32_t)(s >> 32) == tag) {
-            const kvr_node *nd = &idx->nodes[(uint32_t)s];
+            const kvr_node *nd = &KVR_NODE(idx, (uint32_t)s);
             if (nd->local == local && nd->parent == parent)
                 return (uint32_t)s;
         }
@@ -111,7 +117,7 @@ static inline uint32_t kvr_tree_child_tagged(const struct kvr_index *idx, uint32
 
 static inline uint32_t kvr_tree_child(const struct kvr_index *idx, uint32_t parent, uint64_t local)
 {
-    return kvr_tree_child_tagged(idx, parent, local, kvr_chain_tag(idx->nodes[parent].tag, local));
+    return kvr_tree_child_tagged(idx, parent, local, kvr_chain_tag(KVR_NODE(idx, parent).tag, local));
 }
 
 /* Engine hash by which owner refers to node (entry: its set entry). */
@@ -123,7 +129,7 @@ static inline uint64_t kvr_tree_handle(const struct kvr_index *idx, uint32_t own
         kvr_u64map_get(&idx->exc, (uint64_t)owner << 32 | node, &v);
         return v;
     }
-    return idx->nodes[node].engine;
+    return KVR_NODE(idx, node).engine;
 }
 
 #endif

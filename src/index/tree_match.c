@@ -91,6 +91,51 @@ static int ctx_reserve(kvr_match_ctx *ctx, uint32_t owners, size_t out)
     return 0;
 }
 
+/* Counters of a first-block owner (entry t) after L blocks of the first set. */
+static inline void implicit(owner_state *s, uint32_t t, uint32_t L)
+{
+    s->d = (t & (T_G | T_C | T_D)) ? L : 0;
+    s->c = (t & (T_G | T_C)) ? L : 0;
+    s->g = (t & T_G) ? L : 0;
+}
+
+/* Gives explicit counters to the owners of entries e that also own the
+ * first block (fe), as they stand after L blocks of the first set. Both
+ * arrays are sorted by owner: merge when e is large, else binary search. */
+static void materialize(owner_state *st, uint32_t epoch, const uint32_t *fe, uint32_t flen,
+                        const uint32_t *e, uint32_t len, uint32_t L)
+{
+    if ((uint64_t)len * 16 >= flen) {
+        uint32_t j = 0;
+        for (uint32_t k = 0; k < len; k++) {
+            uint32_t o = kvr_oset_owner(e[k]);
+            while (j < flen && kvr_oset_owner(fe[j]) < o)
+                j++;
+            if (j == flen)
+                return;
+            if (kvr_oset_owner(fe[j]) == o) {
+                st[o].stamp = epoch;
+                implicit(&st[o], fe[j], L);
+            }
+        }
+        return;
+    }
+    for (uint32_t k = 0; k < len; k++) {
+        uint32_t o = kvr_oset_owner(e[k]), lo = 0, hi = flen;
+        while (lo < hi) {
+            uint32_t mid = (lo + hi) / 2;
+            if (kvr_oset_owner(fe[mid]) < o)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo < flen && kvr_oset_owner(fe[lo]) == o) {
+            st[o].stamp = epoch;
+            implicit(&st[o], fe[lo], L);
+        }
+    }
+}
+
 #define AHEAD 8
 #define RING 16 /* power of two > AHEAD */
 
@@ -98,13 +143,13 @@ static int ctx_reserve(kvr_match_ctx *ctx, uint32_t owners, size_t out)
  * itself was prefetched earlier). */
 static inline void prefetch_node(const kvr_index *idx, uint32_t tag)
 {
-    uint32_t mask = idx->child_cap - 1;
-    for (uint32_t i = tag & mask, k = 0; k < 4; i = (i + 1) & mask, k++) {
+    uint32_t cap = idx->child_cap;
+    for (uint32_t i = kvr_fastrange(tag, cap), k = 0; k < 4; i = kvr_probe_next(i, cap), k++) {
         uint64_t s = idx->child[i];
         if (!s)
             return;
         if ((uint32_t)(s >> 32) == tag) {
-            __builtin_prefetch(&idx->nodes[(uint32_t)s]);
+            __builtin_prefetch(&KVR_NODE(idx, (uint32_t)s));
             return;
         }
     }
@@ -142,7 +187,7 @@ size_t kvr_index_match(kvr_index *idx, kvr_match_ctx *ctx, const uint64_t *local
     uint32_t first = kvr_tree_child(idx, KVR_ROOT, local_hashes[0]);
     if (first == KVR_NIL)
         goto done;
-    uint32_t first_set = idx->nodes[first].set;
+    uint32_t first_set = KVR_NODE(idx, first).set;
     const kvr_oset *fs = kvr_osets_get(&idx->sets, first_set);
     if (ctx_reserve(ctx, idx->n_owners, fs->len) < 0)
         goto done;
@@ -153,22 +198,20 @@ size_t kvr_index_match(kvr_index *idx, kvr_match_ctx *ctx, const uint64_t *local
     uint32_t epoch = ctx->epoch;
     owner_state *st = ctx->st;
     const uint32_t *fe = kvr_oset_entries(fs);
-    bool any = false;
-    for (uint32_t k = 0; k < fs->len; k++) {
-        uint32_t t = fe[k];
-        owner_state *s = &st[kvr_oset_owner(t)];
-        s->stamp = epoch;
-        s->d = (t & (T_G | T_C | T_D)) ? 1 : 0;
-        s->c = (t & (T_G | T_C)) ? 1 : 0;
-        s->g = (t & T_G) ? 1 : 0;
-        any |= s->d;
-    }
+    /* The first block's owners are not initialized one by one (a prompt
+     * prefix shared by the whole fleet has every worker there): while the
+     * walk sees the first set again, each of its owners advances exactly by
+     * its tiers in it. Owners get explicit counters only at the first node
+     * whose set differs (materialize); the others stay frozen at depth L. */
+    bool any = (fs->tiers & (T_G | T_C | T_D)) != 0;
+    bool materialized = false;
+    uint32_t L = 1;
     uint32_t cur = first, prev_set = first_set, explicit_depth = 0, run = 0;
     /* Tags of the blocks ahead are computed from the request alone; their
      * child-table slots are prefetched AHEAD blocks early and the candidate
      * nodes AHEAD/2 early, so the walk does not stall on every block. */
     uint32_t ring[RING];
-    uint32_t ahead = 1, tag = idx->nodes[first].tag;
+    uint32_t ahead = 1, tag = KVR_NODE(idx, first).tag;
     for (; ahead < (uint32_t)n && ahead <= AHEAD; ahead++) {
         tag = kvr_chain_tag(tag, local_hashes[ahead]);
         ring[ahead % RING] = tag;
@@ -186,18 +229,23 @@ size_t kvr_index_match(kvr_index *idx, kvr_match_ctx *ctx, const uint64_t *local
         uint32_t child = kvr_tree_child_tagged(idx, cur, local_hashes[i], ring[i % RING]);
         if (child == KVR_NIL)
             break;
-        uint32_t set = idx->nodes[child].set;
+        uint32_t set = KVR_NODE(idx, child).set;
         cur = child;
         if (set == prev_set) {
             run++;
             continue;
         }
-        if (run) {
+        const kvr_oset *o = kvr_osets_get(&idx->sets, set);
+        const uint32_t *e = kvr_oset_entries(o);
+        if (!materialized) {
+            L = i;
+            run = 0;
+            materialized = true;
+            materialize(st, epoch, fe, fs->len, e, o->len, L);
+        } else if (run) {
             apply_run(st, epoch, kvr_osets_get(&idx->sets, prev_set), explicit_depth + 1, run);
             run = 0;
         }
-        const kvr_oset *o = kvr_osets_get(&idx->sets, set);
-        const uint32_t *e = kvr_oset_entries(o);
         any = false;
         for (uint32_t k = 0; k < o->len; k++) {
             uint32_t t = e[k];
@@ -215,11 +263,18 @@ size_t kvr_index_match(kvr_index *idx, kvr_match_ctx *ctx, const uint64_t *local
         prev_set = set;
         explicit_depth = i;
     }
-    if (run)
+    if (!materialized)
+        L = 1 + run;
+    else if (run)
         apply_run(st, epoch, kvr_osets_get(&idx->sets, prev_set), explicit_depth + 1, run);
     for (uint32_t k = 0; k < fs->len; k++) {
         uint32_t owner = kvr_oset_owner(fe[k]);
+        owner_state imp;
         const owner_state *s = &st[owner];
+        if (s->stamp != epoch) {
+            implicit(&imp, fe[k], L);
+            s = &imp;
+        }
         if (!s->d)
             continue;
         const kvr_owner_rec *r = &idx->owners[owner];

@@ -160,6 +160,9 @@ static uint32_t create(kvr_osets *s, uint64_t hash, const uint32_t *e, uint32_t 
     o->hash = hash;
     o->len = len;
     o->ref = 0;
+    o->tiers = 0;
+    for (uint32_t k = 0; k < len; k++)
+        o->tiers |= e[k] & KVR_OSET_TIERS;
     if (ext) {
         o->e.ext = ext;
         s->entry_bytes += (size_t)len * sizeof *ext;

@@ -30,7 +30,7 @@ typedef struct {
     uint32_t len;
     uint32_t ref;  /* nodes holding it; 0 = free slot */
     uint32_t gen;  /* bumped on free, so memo entries can be validated */
-    uint32_t pad;
+    uint32_t tiers; /* union of the entries' tier bits */
     union {
         uint32_t inl[2]; /* len <= 2 needs no allocation */
         uint32_t *ext;
