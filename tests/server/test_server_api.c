@@ -236,24 +236,36 @@ static void test_register_semantics(void **state)
     kvr_server_stop(s.srv);
 }
 
+/* A fresh server with worker `id` on a fresh engine, holding one store of
+ * n blocks of tokens (engine hashes id*100+1..); local gets their router
+ * hashes. */
+static void start_with_blocks(srv_t *s, th_engine *e, uint64_t id, const uint64_t *tokens,
+                              uint32_t n, uint64_t *local)
+{
+    start(s, 0, NULL, 0, NULL);
+    th_engine_start(e);
+    char body[1024];
+    reg_body(body, sizeof body, id, e, BS, NULL);
+    assert_int_equal(th_register(s->base, body, NULL), 201);
+    assert_true(th_engine_wait_sub(e, WAIT));
+    uint64_t hashes[16];
+    for (uint32_t i = 0; i < n; i++)
+        hashes[i] = id * 100 + i + 1;
+    th_local_hashes(tokens, n * BS, BS, local, n);
+    kvr_raw_event ev = th_store(hashes, n, 0, tokens, BS);
+    th_send_events(e, 0, &ev, 1, true);
+    assert_int_equal(th_wait_score(s->base, "m", local, n, id, 0, n * BS, WAIT), n * BS);
+}
+
 static void test_query_matches_query_by_hash(void **state)
 {
     (void)state;
     srv_t s;
-    start(&s, 0, NULL, 0, NULL);
     th_engine e;
-    th_engine_start(&e);
-    char body[1024];
-    reg_body(body, sizeof body, 3, &e, BS, NULL);
-    assert_int_equal(th_register(s.base, body, NULL), 201);
-    assert_true(th_engine_wait_sub(&e, WAIT));
-    uint64_t tokens[12], hashes[3] = {31, 32, 33}, local[3];
+    uint64_t tokens[12], local[3];
     for (int i = 0; i < 12; i++)
         tokens[i] = 40 + (uint64_t)i;
-    th_local_hashes(tokens, 12, BS, local, 3);
-    kvr_raw_event ev = th_store(hashes, 3, 0, tokens, BS);
-    th_send_events(&e, 0, &ev, 1, true);
-    assert_int_equal(th_wait_score(s.base, "m", local, 3, 3, 0, 3 * BS, WAIT), 3 * BS);
+    start_with_blocks(&s, &e, 3, tokens, 3, local);
     /* /query with tokens (plus a partial block) gives the same reply body. */
     json_t *toks = json_array();
     for (int i = 0; i < 12; i++)
@@ -384,18 +396,9 @@ static void test_wrong_types_never_touch_state(void **state)
 {
     (void)state;
     srv_t s;
-    start(&s, 0, NULL, 0, NULL);
     th_engine e;
-    th_engine_start(&e);
-    char body[1024];
-    reg_body(body, sizeof body, 4, &e, BS, NULL);
-    assert_int_equal(th_register(s.base, body, NULL), 201);
-    assert_true(th_engine_wait_sub(&e, WAIT));
-    uint64_t tokens[8] = {9, 8, 7, 6, 5, 4, 3, 2}, hashes[2] = {41, 42}, local[2];
-    th_local_hashes(tokens, 8, BS, local, 2);
-    kvr_raw_event ev = th_store(hashes, 2, 0, tokens, BS);
-    th_send_events(&e, 0, &ev, 1, true);
-    assert_int_equal(th_wait_score(s.base, "m", local, 2, 4, 0, 2 * BS, WAIT), 2 * BS);
+    uint64_t tokens[8] = {9, 8, 7, 6, 5, 4, 3, 2}, local[2];
+    start_with_blocks(&s, &e, 4, tokens, 2, local);
 
     const char *paths[] = {"/register", "/unregister", "/query_by_hash", "/query", "/route",
                            "/free", "/prefill_done"};
