@@ -194,9 +194,7 @@ static void reclaim(kvr_index *idx, uint32_t top)
             for (uint32_t i = 0; i < o->len; i++) {
                 uint32_t owner = kvr_oset_owner(e[i]);
                 uint64_t h = kvr_tree_handle(idx, owner, x, e[i]);
-                kvr_handles *hm = &idx->owners[owner].handles;
-                if (kvr_handles_get(hm, h) == x)
-                    kvr_handles_del(hm, h);
+                kvr_handles_del(&idx->owners[owner].handles, h, x);
                 if (e[i] & KVR_OSET_EXC)
                     kvr_u64map_del(&idx->exc, (uint64_t)owner << 32 | x, NULL);
                 drop_ownership_count(idx, owner);
@@ -225,10 +223,30 @@ static bool set_entry(kvr_index *idx, uint32_t node, uint32_t owner, uint32_t ne
     return true;
 }
 
+typedef struct {
+    const kvr_index *idx;
+    uint32_t owner;
+} handle_ctx;
+
+/* Handle maps keep only a fingerprint: confirm that node is what the owner
+ * calls key. */
+static bool handle_is(const void *p, uint32_t node, uint64_t key)
+{
+    const handle_ctx *c = p;
+    uint32_t entry = kvr_osets_find(&c->idx->sets, KVR_NODE(c->idx, node).set, c->owner);
+    return entry && kvr_tree_handle(c->idx, c->owner, node, entry) == key;
+}
+
+static uint32_t handle_get(const kvr_index *idx, uint32_t owner, uint64_t key)
+{
+    handle_ctx c = {idx, owner};
+    return kvr_handles_get(&idx->owners[owner].handles, key, handle_is, &c);
+}
+
 /* The owner leaves node entirely (handle h, entry its current entry). */
 static void detach(kvr_index *idx, uint32_t owner, uint32_t node, uint64_t h, uint32_t entry)
 {
-    kvr_handles_del(&idx->owners[owner].handles, h);
+    kvr_handles_del(&idx->owners[owner].handles, h, node);
     if (entry & KVR_OSET_EXC)
         kvr_u64map_del(&idx->exc, (uint64_t)owner << 32 | node, NULL);
     drop_ownership_count(idx, owner);
@@ -352,7 +370,8 @@ static uint32_t store_block(kvr_index *idx, uint32_t owner, uint32_t bit, uint32
     kvr_handles *hm = &idx->owners[owner].handles;
     /* a node created by this store has no children yet: skip the lookup */
     uint32_t child = *fresh ? KVR_NIL : kvr_tree_child_tagged(idx, cur, l, tag);
-    uint32_t old = kvr_handles_get(hm, e);
+    uint32_t old = handle_get(idx, owner, e);
+    bool mapped = old != KVR_HANDLE_NONE && old == child;
     if (old != KVR_HANDLE_NONE && old != child) {
         /* The engine reuses a hash for other content: the newest store wins.
          * Leaving the old node can reclaim a subtree holding cur (when the
@@ -375,15 +394,13 @@ static uint32_t store_block(kvr_index *idx, uint32_t owner, uint32_t bit, uint32
     uint32_t entry = created ? 0 : kvr_osets_find(&idx->sets, KVR_NODE(idx, child).set, owner);
     uint32_t tiers = entry & KVR_OSET_TIERS;
     bool was_exc = entry & KVR_OSET_EXC;
-    if (entry) {
-        uint64_t h = kvr_tree_handle(idx, owner, child, entry);
-        if (h != e) /* same block under a new engine hash: the new one replaces it */
-            kvr_handles_del(hm, h);
+    if (entry && !mapped) {
+        /* same block under a new engine hash: the new one replaces it */
+        kvr_handles_del(hm, kvr_tree_handle(idx, owner, child, entry), child);
     }
     bool exc = e != KVR_NODE(idx, child).engine;
     uint64_t exc_key = (uint64_t)owner << 32 | child;
     if ((exc && kvr_u64map_put(&idx->exc, exc_key, e) < 0) ||
-        kvr_handles_put(hm, e, child) < 0 ||
         !set_entry(idx, child, owner, kvr_oset_entry(owner, tiers | bit, exc))) {
         if (created) {
             node_unlink(idx, child);
@@ -391,6 +408,8 @@ static uint32_t store_block(kvr_index *idx, uint32_t owner, uint32_t bit, uint32
         }
         return KVR_NIL; /* out of memory: stop the chain here */
     }
+    if (!mapped && kvr_handles_add(hm, e, child) < 0)
+        abort(); /* an ownership without its handle could never be removed */
     if (was_exc && !exc)
         kvr_u64map_del(&idx->exc, exc_key, NULL);
     if (!entry) {
@@ -414,7 +433,7 @@ kvr_drop_reason kvr_index_store(kvr_index *idx, kvr_owner owner, kvr_tier tier, 
     }
     uint32_t cur = KVR_ROOT;
     if (has_parent) {
-        cur = kvr_handles_get(&idx->owners[owner].handles, parent);
+        cur = handle_get(idx, owner, parent);
         if (cur == KVR_HANDLE_NONE) {
             r = KVR_DROP_PARENT_NOT_FOUND;
             goto out;
@@ -459,7 +478,7 @@ size_t kvr_index_remove(kvr_index *idx, kvr_owner owner, kvr_tier tier,
     }
     uint32_t bit = 1u << tier;
     for (size_t i = 0; i < n; i++) {
-        uint32_t node = kvr_handles_get(&idx->owners[owner].handles, engine_hashes[i]);
+        uint32_t node = handle_get(idx, owner, engine_hashes[i]);
         uint32_t entry =
             node == KVR_HANDLE_NONE ? 0 : kvr_osets_find(&idx->sets, KVR_NODE(idx, node).set, owner);
         if (!(entry & bit)) { /* unknown handle, or not held on this tier */
@@ -484,11 +503,10 @@ void kvr_index_clear_owner(kvr_index *idx, kvr_owner owner)
     kvr_handles *hm = &idx->owners[owner].handles;
     size_t n = kvr_handles_len(hm), k = 0, it = 0;
     uint32_t *nodes = malloc((n ? n : 1) * sizeof *nodes);
-    uint64_t key;
     uint32_t val;
     if (!nodes)
         abort(); /* a clear that silently kept state would route to a dead cache */
-    while (kvr_handles_next(hm, &it, &key, &val))
+    while (kvr_handles_next(hm, &it, &val))
         nodes[k++] = val;
     /* Handles go first, so reclamation below finds none of this owner's. */
     kvr_handles_free(hm);

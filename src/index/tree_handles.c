@@ -2,16 +2,12 @@
 
 #include <stdlib.h>
 
-#include "util/u64map.h"
-
 #define MIN_CAP 8u
 
 void kvr_handles_init(kvr_handles *m)
 {
     m->slots = NULL;
     m->cap = m->len = 0;
-    m->has_zero = false;
-    m->zero_val = 0;
 }
 
 void kvr_handles_free(kvr_handles *m)
@@ -20,27 +16,37 @@ void kvr_handles_free(kvr_handles *m)
     kvr_handles_init(m);
 }
 
-size_t kvr_handles_len(const kvr_handles *m) { return m->len + (m->has_zero ? 1u : 0u); }
+size_t kvr_handles_len(const kvr_handles *m) { return m->len; }
 size_t kvr_handles_bytes(const kvr_handles *m) { return (size_t)m->cap * sizeof(kvr_handle_slot); }
 
-static inline uint32_t home(uint64_t key, uint32_t cap)
+/* Slot holding key, or UINT32_MAX. */
+static uint32_t find(const kvr_handles *m, uint64_t key, kvr_handle_check check, const void *ctx)
 {
-    return kvr_fastrange((uint32_t)kvr_mix64(key), cap);
+    if (m->cap == 0)
+        return UINT32_MAX;
+    uint32_t fp = kvr_handle_fp(key);
+    for (uint32_t i = kvr_fastrange(fp, m->cap);; i = kvr_probe_next(i, m->cap)) {
+        const kvr_handle_slot *s = &m->slots[i];
+        if (!s->node)
+            return UINT32_MAX;
+        if (s->fp == fp && check(ctx, s->node, key))
+            return i;
+    }
 }
 
-uint32_t kvr_handles_get(const kvr_handles *m, uint64_t key)
+uint32_t kvr_handles_get(const kvr_handles *m, uint64_t key, kvr_handle_check check,
+                         const void *ctx)
 {
-    if (key == 0)
-        return m->has_zero ? m->zero_val : KVR_HANDLE_NONE;
-    if (m->cap == 0)
-        return KVR_HANDLE_NONE;
-    for (uint32_t i = home(key, m->cap);; i = kvr_probe_next(i, m->cap)) {
-        uint64_t k = m->slots[i].key;
-        if (k == key)
-            return m->slots[i].val;
-        if (k == 0)
-            return KVR_HANDLE_NONE;
-    }
+    uint32_t i = find(m, key, check, ctx);
+    return i == UINT32_MAX ? KVR_HANDLE_NONE : m->slots[i].node;
+}
+
+static void place(kvr_handle_slot *slots, uint32_t cap, kvr_handle_slot s)
+{
+    uint32_t j = kvr_fastrange(s.fp, cap);
+    while (slots[j].node)
+        j = kvr_probe_next(j, cap);
+    slots[j] = s;
 }
 
 static int resize(kvr_handles *m, uint32_t new_cap)
@@ -50,16 +56,9 @@ static int resize(kvr_handles *m, uint32_t new_cap)
         slots = calloc(new_cap, sizeof *slots);
         if (!slots)
             return -1;
-        for (uint32_t i = 0; i < m->cap; i++) {
-            uint64_t k = m->slots[i].key;
-            if (k == 0)
-                continue;
-            uint32_t j = home(k, new_cap);
-            while (slots[j].key != 0)
-                j = kvr_probe_next(j, new_cap);
-            slots[j].key = k;
-            slots[j].val = m->slots[i].val;
-        }
+        for (uint32_t i = 0; i < m->cap; i++)
+            if (m->slots[i].node)
+                place(slots, new_cap, m->slots[i]);
     }
     free(m->slots);
     m->slots = slots;
@@ -67,60 +66,36 @@ static int resize(kvr_handles *m, uint32_t new_cap)
     return 0;
 }
 
-int kvr_handles_put(kvr_handles *m, uint64_t key, uint32_t val)
+int kvr_handles_add(kvr_handles *m, uint64_t key, uint32_t node)
 {
-    if (key == 0) {
-        m->has_zero = true;
-        m->zero_val = val;
-        return 0;
-    }
-    /* one entry per ownership: max load 4/5 (2x growth: a 1.5x growth saved
-     * 3 bytes per entry but cost 40% more replay time in rehash and page
-     * clearing) */
+    /* max load 4/5 */
     if ((uint64_t)(m->len + 1) * 5 > (uint64_t)m->cap * 4 &&
         resize(m, m->cap ? m->cap * 2 : MIN_CAP) < 0)
         return -1;
-    uint32_t i = home(key, m->cap);
-    for (;; i = kvr_probe_next(i, m->cap)) {
-        uint64_t k = m->slots[i].key;
-        if (k == key) {
-            m->slots[i].val = val;
-            return 0;
-        }
-        if (k == 0)
-            break;
-    }
-    m->slots[i].key = key;
-    m->slots[i].val = val;
+    place(m->slots, m->cap, (kvr_handle_slot){kvr_handle_fp(key), node});
     m->len++;
     return 0;
 }
 
-bool kvr_handles_del(kvr_handles *m, uint64_t key)
+bool kvr_handles_del(kvr_handles *m, uint64_t key, uint32_t node)
 {
-    if (key == 0) {
-        bool had = m->has_zero;
-        m->has_zero = false;
-        return had;
-    }
     if (m->cap == 0)
         return false;
-    uint32_t i = home(key, m->cap);
-    while (m->slots[i].key != key) {
-        if (m->slots[i].key == 0)
+    uint32_t fp = kvr_handle_fp(key);
+    uint32_t i = kvr_fastrange(fp, m->cap);
+    while (m->slots[i].fp != fp || m->slots[i].node != node) {
+        if (!m->slots[i].node)
             return false;
         i = kvr_probe_next(i, m->cap);
     }
     uint32_t hole = i;
-    for (uint32_t j = kvr_probe_next(i, m->cap); m->slots[j].key != 0;
-         j = kvr_probe_next(j, m->cap)) {
-        uint32_t h = home(m->slots[j].key, m->cap);
-        if (!kvr_probe_stays(hole, j, h)) {
+    for (uint32_t j = kvr_probe_next(i, m->cap); m->slots[j].node; j = kvr_probe_next(j, m->cap)) {
+        if (!kvr_probe_stays(hole, j, kvr_fastrange(m->slots[j].fp, m->cap))) {
             m->slots[hole] = m->slots[j];
             hole = j;
         }
     }
-    m->slots[hole].key = 0;
+    m->slots[hole] = (kvr_handle_slot){0, 0};
     m->len--;
     if (m->len == 0)
         resize(m, 0);
@@ -129,22 +104,12 @@ bool kvr_handles_del(kvr_handles *m, uint64_t key)
     return true;
 }
 
-bool kvr_handles_next(const kvr_handles *m, size_t *it, uint64_t *key, uint32_t *val)
+bool kvr_handles_next(const kvr_handles *m, size_t *it, uint32_t *node)
 {
-    if (*it == 0) {
-        *it = 1;
-        if (m->has_zero) {
-            *key = 0;
-            *val = m->zero_val;
-            return true;
-        }
-    }
-    while (*it - 1 < m->cap) {
-        size_t i = *it - 1;
-        (*it)++;
-        if (m->slots[i].key != 0) {
-            *key = m->slots[i].key;
-            *val = m->slots[i].val;
+    while (*it < m->cap) {
+        const kvr_handle_slot *s = &m->slots[(*it)++];
+        if (s->node) {
+            *node = s->node;
             return true;
         }
     }

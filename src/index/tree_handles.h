@@ -1,7 +1,9 @@
-/* Per-owner map engine hash -> node id. Leaner than util/u64map (12-byte
- * slots instead of 16) because there is one entry per (owner, block)
- * ownership, the largest population in the index. Linear probing with
- * backward-shift deletion; shrinks as it empties. */
+/* Per-owner map engine hash -> node id, the largest population in the index
+ * (one entry per (owner, block) ownership), so slots are 8 bytes: a 32-bit
+ * fingerprint of the engine hash (which also gives the home slot) and the
+ * node id. The full hash is not stored: the index can recompute the hash an
+ * owner uses for a node, and a callback confirms fingerprint matches.
+ * Linear probing, backward-shift deletion, shrinks as it empties. */
 #ifndef KVR_INDEX_TREE_HANDLES_H
 #define KVR_INDEX_TREE_HANDLES_H
 
@@ -11,22 +13,22 @@
 
 #include "util/u64map.h"
 
-typedef struct __attribute__((packed)) {
-    uint64_t key; /* 0 = empty slot; key 0 lives aside */
-    uint32_t val;
+typedef struct {
+    uint32_t fp;
+    uint32_t node; /* 0 = empty slot (the root is never a handle's node) */
 } kvr_handle_slot;
 
 typedef struct {
     kvr_handle_slot *slots;
     uint32_t cap, len;
-    bool has_zero;
-    uint32_t zero_val;
 } kvr_handles;
 
 #define KVR_HANDLE_NONE UINT32_MAX
 
-/* Slot of hash h in a table of n slots (any n, not just powers of two, so
- * tables can grow by 1.5x and waste less memory). */
+/* Whether `node` is what this owner calls `key`. */
+typedef bool (*kvr_handle_check)(const void *ctx, uint32_t node, uint64_t key);
+
+/* Slot of hash h in a table of n slots (any n). */
 static inline uint32_t kvr_fastrange(uint32_t h, uint32_t n)
 {
     return (uint32_t)(((uint64_t)h * n) >> 32);
@@ -41,19 +43,25 @@ static inline bool kvr_probe_stays(uint32_t hole, uint32_t j, uint32_t home)
     return (hole <= j) ? (home > hole && home <= j) : (home > hole || home <= j);
 }
 
+static inline uint32_t kvr_handle_fp(uint64_t key) { return (uint32_t)(kvr_mix64(key) >> 32); }
+
 void kvr_handles_init(kvr_handles *m);
 void kvr_handles_free(kvr_handles *m);
 size_t kvr_handles_len(const kvr_handles *m);
 size_t kvr_handles_bytes(const kvr_handles *m);
-uint32_t kvr_handles_get(const kvr_handles *m, uint64_t key); /* KVR_HANDLE_NONE if absent */
-int kvr_handles_put(kvr_handles *m, uint64_t key, uint32_t val); /* 0 ok, -1 OOM */
-bool kvr_handles_del(kvr_handles *m, uint64_t key);
+uint32_t kvr_handles_get(const kvr_handles *m, uint64_t key, kvr_handle_check check,
+                         const void *ctx); /* KVR_HANDLE_NONE if absent */
+/* Adds key -> node; the caller knows key is absent. 0 ok, -1 OOM. */
+int kvr_handles_add(kvr_handles *m, uint64_t key, uint32_t node);
+/* Removes key's entry, which must point at node: (fingerprint, node) is
+ * unique because an owner has one handle per node, so no check is needed. */
+bool kvr_handles_del(kvr_handles *m, uint64_t key, uint32_t node);
+/* Node ids, in no order; it starts at 0; the map must not change meanwhile. */
+bool kvr_handles_next(const kvr_handles *m, size_t *it, uint32_t *node);
 static inline void kvr_handles_prefetch(const kvr_handles *m, uint64_t key)
 {
     if (m->cap)
-        __builtin_prefetch(&m->slots[kvr_fastrange((uint32_t)kvr_mix64(key), m->cap)]);
+        __builtin_prefetch(&m->slots[kvr_fastrange(kvr_handle_fp(key), m->cap)]);
 }
-/* it starts at 0; the map must not change while iterating. */
-bool kvr_handles_next(const kvr_handles *m, size_t *it, uint64_t *key, uint32_t *val);
 
 #endif
