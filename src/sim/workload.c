@@ -22,18 +22,29 @@ int kvr_sim_workload_init(kvr_sim_workload *w, const kvr_trace *t, double mm_sha
     if (mm_share <= 0)
         return 0;
     uint64_t salt = kvr_mix64(seed ^ 0x6d6d5f7368617265ULL);
-    for (size_t i = 0; i < t->n; i++) {
+    kvr_u64map seen;
+    kvr_u64map_init(&seen);
+    int rc = 0;
+    for (size_t i = 0; i < t->n && rc == 0; i++) {
         const kvr_trace_request *r = &t->reqs[i];
-        if (r->n_hash_ids == 0)
+        /* The image goes in the first block this request adds to the trace:
+         * a full block unless the new content is only the (partial) last
+         * one, so later turns of the conversation carry it in their shared
+         * prefix. */
+        uint32_t j = 0;
+        while (j < r->n_hash_ids && kvr_u64map_find(&seen, r->hash_ids[j]))
+            j++;
+        for (uint32_t k = j; k < r->n_hash_ids; k++)
+            if (kvr_u64map_put(&seen, r->hash_ids[k], 1) < 0)
+                rc = -1;
+        if (j == r->n_hash_ids || unit(r->hash_ids[j] ^ salt) >= mm_share)
             continue;
-        uint64_t id = r->hash_ids[r->n_hash_ids - 1];
-        if (unit(id ^ salt) >= mm_share)
-            continue;
-        uint64_t mm = kvr_mix64(id + salt) & INT64_MAX;
-        if (kvr_u64map_put(&w->image_ids, id, mm ? mm : 1) < 0)
-            return -1;
+        uint64_t mm = kvr_mix64(r->hash_ids[j] + salt) & INT64_MAX;
+        if (kvr_u64map_put(&w->image_ids, r->hash_ids[j], mm ? mm : 1) < 0)
+            rc = -1;
     }
-    return 0;
+    kvr_u64map_free(&seen);
+    return rc;
 }
 
 void kvr_sim_workload_free(kvr_sim_workload *w) { kvr_u64map_free(&w->image_ids); }

@@ -362,37 +362,56 @@ static void test_replay_answers(void **state)
 static void test_workload_multimodal_forms(void **state)
 {
     (void)state;
-    uint64_t ids[3] = {5, 6, 7};
-    kvr_trace_request tr = {.timestamp_ms = 0, .input_length = 1200, .output_length = 1,
-                            .n_hash_ids = 3, .hash_ids = ids};
-    kvr_trace t = {.reqs = &tr, .n = 1};
+    /* Request 1 continues request 0's conversation and adds id 9. */
+    uint64_t ids0[3] = {5, 6, 7}, ids1[4] = {5, 6, 7, 9};
+    kvr_trace_request tr[2] = {
+        {.timestamp_ms = 0, .input_length = 1200, .output_length = 1, .n_hash_ids = 3,
+         .hash_ids = ids0},
+        {.timestamp_ms = 1, .input_length = 1570, .output_length = 1, .n_hash_ids = 4,
+         .hash_ids = ids1},
+    };
+    kvr_trace t = {.reqs = tr, .n = 2};
     kvr_sim_workload wl;
     assert_int_equal(kvr_sim_workload_init(&wl, &t, 1.0, 3), 0);
     kvr_sim_request r = {0};
     assert_int_equal(kvr_sim_workload_build(&wl, 0, &r), 0);
     assert_int_equal(r.n, 1200);
-    assert_int_equal(r.n_items, 1); /* the last id introduces the image */
-    kvr_sim_mm_item it = r.items[0];
-    assert_int_equal(it.start, 2 * 512 + KVR_SIM_IMAGE_OFFSET);
-    assert_int_equal(it.end, 1200); /* clipped at the prompt end */
-    assert_true(it.mm_hash <= (uint64_t)INT64_MAX);
+    /* The first block the request adds carries the image. */
+    assert_int_equal(r.n_items, 1);
+    kvr_sim_mm_item first = r.items[0];
+    assert_int_equal(first.start, KVR_SIM_IMAGE_OFFSET);
+    assert_int_equal(first.end, KVR_SIM_IMAGE_OFFSET + KVR_SIM_IMAGE_TOKENS);
+    assert_true(first.mm_hash <= (uint64_t)INT64_MAX);
     for (size_t p = 0; p < r.n; p++) {
-        bool img = p >= it.start && p < it.end;
+        bool img = p >= first.start && p < first.end;
         if (img) {
             assert_int_equal(r.route[p], KVR_SIM_IMAGE_PLACEHOLDER);
-            assert_true(r.legacy[p] == kvr_pad_value(it.mm_hash));
-            assert_true(r.wide[p] == kvr_sim_wide_pad(it.mm_hash, (unsigned)((p - it.start) % 4)));
+            assert_true(r.legacy[p] == kvr_pad_value(first.mm_hash));
+            assert_true(r.wide[p] ==
+                        kvr_sim_wide_pad(first.mm_hash, (unsigned)((p - first.start) % 4)));
             assert_true(r.wide[p] >= (1ULL << 32));
         } else {
             assert_true(r.route[p] < KVR_TEXT_TOKEN_LIMIT);
             assert_true(r.legacy[p] == r.route[p] && r.wide[p] == r.route[p]);
         }
     }
+    uint64_t legacy0[1200];
+    memcpy(legacy0, r.legacy, sizeof legacy0);
+    /* The next turn shares the image in its prefix (same tokens) and adds
+     * its own in id 9's block, clipped at the prompt end. */
+    assert_int_equal(kvr_sim_workload_build(&wl, 1, &r), 0);
+    assert_int_equal(r.n, 1570);
+    assert_int_equal(r.n_items, 2);
+    assert_true(r.items[0].start == first.start && r.items[0].mm_hash == first.mm_hash);
+    assert_memory_equal(r.legacy, legacy0, sizeof legacy0);
+    assert_int_equal(r.items[1].start, 3 * 512 + KVR_SIM_IMAGE_OFFSET);
+    assert_int_equal(r.items[1].end, 1570);
+    assert_true(r.items[1].mm_hash != first.mm_hash);
     kvr_sim_request_free(&r);
     kvr_sim_workload_free(&wl);
     /* mm_share 0: text only. */
     assert_int_equal(kvr_sim_workload_init(&wl, &t, 0.0, 3), 0);
-    assert_int_equal(kvr_sim_workload_build(&wl, 0, &r), 0);
+    assert_int_equal(kvr_sim_workload_build(&wl, 1, &r), 0);
     assert_int_equal(r.n_items, 0);
     kvr_sim_request_free(&r);
     kvr_sim_workload_free(&wl);
