@@ -4,7 +4,7 @@
  * released right away so the load stays steady. Built by hand:
  *   cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc tests/route/perf/bench_route.c \
  *      -o /tmp/bench_route -LBUILD -lkvr_route -lkvr_index -lkvr_normalize -lkvr_hash \
- *      -lkvr_wire -lkvr_util -lxxhash -lmsgpuck -lpthread -lm
+ *      -lkvr_wire -lkvr_util -lxxhash -l:libmsgpuck.a -lpthread -lm
  *   /tmp/bench_route [seconds] [threads] */
 #include <pthread.h>
 #include <stdio.h>
