@@ -39,12 +39,14 @@ void kvr_api_error(kvr_api_reply *reply, int status, const char *fmt, ...)
     reply->body = json_pack("{s:s}", "error", msg);
 }
 
-static void add_endpoint(kvr_server *srv, const char *method, const char *path, kvr_api_fn fn)
+static kvr_endpoint *add_endpoint(kvr_server *srv, const char *method, const char *path,
+                                  kvr_api_fn fn)
 {
     kvr_endpoint *e = &srv->endpoints[srv->n_endpoints++];
     e->method = method;
     e->path = path;
     e->fn = fn;
+    return e;
 }
 
 void kvr_http_init_endpoints(kvr_server *srv)
@@ -52,9 +54,10 @@ void kvr_http_init_endpoints(kvr_server *srv)
     add_endpoint(srv, "POST", "/register", kvr_api_register);
     add_endpoint(srv, "POST", "/unregister", kvr_api_unregister);
     add_endpoint(srv, "GET", "/workers", kvr_api_workers);
-    add_endpoint(srv, "POST", "/query", kvr_api_query);
+    /* /query and /route scan token_ids straight from the text (api_route.c). */
+    add_endpoint(srv, "POST", "/query", kvr_api_query)->raw = kvr_api_query_raw;
     add_endpoint(srv, "POST", "/query_by_hash", kvr_api_query_by_hash);
-    add_endpoint(srv, "POST", "/route", kvr_api_route);
+    add_endpoint(srv, "POST", "/route", kvr_api_route)->raw = kvr_api_route_raw;
     add_endpoint(srv, "POST", "/prefill_done", kvr_api_prefill_done);
     add_endpoint(srv, "POST", "/free", kvr_api_free);
     add_endpoint(srv, "GET", "/dump", kvr_api_dump);
@@ -139,8 +142,11 @@ static void dispatch(kvr_server *srv, struct MHD_Connection *conn, const char *u
         atomic_fetch_add(&srv->requests_413, 1);
         kvr_api_error(reply, 413, "request body larger than the limit of %zu bytes",
                       srv->max_body);
-    } else if (!match->fn) {
+    } else if (!match->fn && !match->raw) {
         kvr_api_error(reply, 501, "%s is not built into this server", url);
+    } else if (match->raw) {
+        reply->status = 200;
+        match->raw(srv, rc->buf ? rc->buf : "", rc->len, reply);
     } else {
         json_t *body = NULL;
         if (strcmp(method, "POST") == 0) {

@@ -14,7 +14,8 @@ extern const double kvr_lat_bounds[KVR_LAT_BUCKETS];
 typedef struct {
     const char *method;
     const char *path;
-    kvr_api_fn fn; /* NULL: not built (501) */
+    kvr_api_fn fn;      /* NULL: not built (501) */
+    kvr_api_raw_fn raw; /* set: takes the unparsed body instead of fn */
     _Atomic uint64_t count;
     _Atomic uint64_t sum_us;
     _Atomic uint64_t buckets[KVR_LAT_BUCKETS]; /* non-cumulative */
