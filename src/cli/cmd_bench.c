@@ -71,8 +71,8 @@ int kvr_cmd_bench(int argc, char **argv)
     };
     optind = 1;
     opterr = 0;
-    int ch;
-    while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    int ch, li = -1;
+    while ((ch = getopt_long(argc, argv, "", opts, &li)) != -1) {
         int bad = 0;
         switch (ch) {
         case 't': trace_path = optarg; break;
@@ -87,8 +87,11 @@ int kvr_cmd_bench(int argc, char **argv)
         case 'h': fputs(bench_usage, stdout); return 0;
         default: return bench_fail("unknown option or missing value", argv[optind - 1]);
         }
-        if (bad)
-            return bench_fail("bad value", argv[optind - 1]);
+        if (bad) {
+            fprintf(stderr, "kvrouter bench: bad value for --%s: %s (try --help)\n",
+                    opts[li].name, optarg);
+            return 2;
+        }
     }
     if (optind < argc)
         return bench_fail("unexpected argument", argv[optind]);
