@@ -289,6 +289,11 @@ int kvr_cmd_sim(int argc, char **argv)
                "found in the engines' GPU caches\n",
                k->prompt_tokens ? 100.0 * (double)k->router_overlap_tokens / k->prompt_tokens : 0,
                100.0 * k->gpu_hit_rate);
+        printf("kvrouter: router counters for the fleet: %llu wide tokens seen, %llu media blocks "
+               "excluded, %llu sequence gaps, %llu events dropped%s%s%s\n",
+               (unsigned long long)k->router_wide_tokens, (unsigned long long)k->router_mm_excluded,
+               (unsigned long long)k->router_seq_gaps, (unsigned long long)k->router_drops,
+               k->router_drops ? " (" : "", k->router_drop_detail, k->router_drops ? ")" : "");
     }
     if (svg) {
         char title[256];

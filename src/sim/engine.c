@@ -6,160 +6,20 @@
 #include <time.h>
 
 #include "kvrouter/hash.h"
-#include "sim/engine_events.h"
-#include "sim/prefix_cache.h"
-#include "sim/publisher.h"
-#include "util/u64map.h"
+#include "sim/engine_internal.h"
 
-/* What a host-tier store needs about a block after the GPU forgot it: its
- * parent handle and its token window. Kept only with HiCache on, for blocks
- * held by either tier. */
-typedef struct {
-    kvr_u64map by_key; /* engine hash -> slot */
-    uint64_t *parent;
-    uint8_t *has_parent;
-    uint64_t *tokens; /* window tokens per slot */
-    uint32_t cap, used, free_head;
-} block_table;
+static bool emitting(const kvr_sim_engine *e) { return kvr_sim_engine_emitting(e); }
 
-#define BT_NONE UINT32_MAX
-
-struct kvr_sim_engine {
-    kvr_sim_engine_config cfg;
-    uint32_t window; /* tokens hashed per block: B, or B+1 for Eagle */
-    kvr_prefix_cache *gpu;
-    kvr_prefix_cache *cpu; /* single-key inserts: a flat LRU over host blocks */
-    block_table bt;
-    kvr_sim_pub *pub;
-    kvr_sim_events ev;
-    int64_t last_seq;
-    kvr_sim_engine_stats stats;
-
-    uint64_t *keys;
-    size_t keys_cap;
-    /* The request being inserted, for the cache callbacks. */
-    const uint64_t *cur_tokens;
-    size_t cur_n_keys;
-    bool failed;
-};
-
-static bool emitting(const kvr_sim_engine *e) { return e->pub != NULL; }
-
-/* ---- block table ---- */
-
-static void bt_free(block_table *bt)
-{
-    kvr_u64map_free(&bt->by_key);
-    free(bt->parent);
-    free(bt->has_parent);
-    free(bt->tokens);
-    memset(bt, 0, sizeof *bt);
-    bt->free_head = BT_NONE;
-}
-
-static uint32_t bt_find(const block_table *bt, uint64_t key)
-{
-    uint64_t v;
-    return kvr_u64map_get(&bt->by_key, key, &v) ? (uint32_t)v : BT_NONE;
-}
-
-static bool bt_put(kvr_sim_engine *e, uint64_t key, bool has_parent, uint64_t parent,
-                   const uint64_t *window)
-{
-    block_table *bt = &e->bt;
-    uint32_t s = bt_find(bt, key);
-    if (s == BT_NONE) {
-        if (bt->free_head != BT_NONE) {
-            s = bt->free_head;
-            bt->free_head = (uint32_t)bt->parent[s];
-        } else {
-            if (bt->used == bt->cap) {
-                uint32_t ncap = bt->cap ? bt->cap * 2 : 256;
-                uint64_t *np = realloc(bt->parent, (size_t)ncap * sizeof *np);
-                if (np)
-                    bt->parent = np;
-                uint8_t *nh = realloc(bt->has_parent, ncap);
-                if (nh)
-                    bt->has_parent = nh;
-                uint64_t *nt = realloc(bt->tokens, (size_t)ncap * e->window * sizeof *nt);
-                if (nt)
-                    bt->tokens = nt;
-                if (!np || !nh || !nt)
-                    return false;
-                bt->cap = ncap;
-            }
-            s = bt->used++;
-        }
-        if (kvr_u64map_put(&bt->by_key, key, s) < 0) {
-            bt->parent[s] = bt->free_head;
-            bt->free_head = s;
-            return false;
-        }
-    }
-    bt->parent[s] = parent;
-    bt->has_parent[s] = has_parent;
-    memcpy(bt->tokens + (size_t)s * e->window, window, e->window * sizeof *window);
-    return true;
-}
-
-static void bt_drop(block_table *bt, uint64_t key)
-{
-    uint64_t v;
-    if (!kvr_u64map_del(&bt->by_key, key, &v))
-        return;
-    bt->parent[v] = bt->free_head;
-    bt->free_head = (uint32_t)v;
-}
-
-/* ---- cache callbacks ---- */
-
-static void cpu_evicted(void *ud, const uint64_t *keys, size_t n)
-{
-    kvr_sim_engine *e = ud;
-    e->stats.cpu_removed += n;
-    if (emitting(e) && kvr_sim_events_remove(&e->ev, KVR_TIER_CPU, keys, n) != 0)
-        e->failed = true;
-    for (size_t i = 0; i < n; i++)
-        if (!kvr_prefix_cache_contains(e->gpu, keys[i]))
-            bt_drop(&e->bt, keys[i]);
-}
-
-/* Evicted GPU leaves move to the host tier before the GPU removal is
- * published, parents first (eviction order is leaf-first, so walk it
- * backwards): the router then sees each block keep a host owner and never
- * loses a parent a later host store links to. */
 static void gpu_evicted(void *ud, const uint64_t *keys, size_t n)
 {
     kvr_sim_engine *e = ud;
     if (e->cpu) {
-        kvr_prefix_cache_sink cs = {.evicted = cpu_evicted, .ud = e};
-        for (size_t i = n; i-- > 0;) {
-            uint64_t k = keys[i];
-            if (kvr_prefix_cache_contains(e->cpu, k)) {
-                kvr_prefix_cache_match(e->cpu, &k, 1);
-                continue;
-            }
-            uint32_t s = bt_find(&e->bt, k);
-            if (s == BT_NONE || kvr_prefix_cache_insert(e->cpu, &k, 1, &cs) != 1) {
-                bt_drop(&e->bt, k);
-                continue;
-            }
-            e->stats.cpu_stored++;
-            s = bt_find(&e->bt, k); /* still there: only other keys were evicted */
-            if (emitting(e) && s != BT_NONE &&
-                kvr_sim_events_store(&e->ev, KVR_TIER_CPU, e->bt.has_parent[s], e->bt.parent[s],
-                                     &k, 1, e->bt.tokens + (size_t)s * e->window, e->window) != 0)
-                e->failed = true;
-        }
+        kvr_sim_host_gpu_evicted(e, keys, n);
+        return;
     }
     e->stats.gpu_removed += n;
     if (emitting(e) && kvr_sim_events_remove(&e->ev, KVR_TIER_GPU, keys, n) != 0)
         e->failed = true;
-    if (e->cpu) {
-        for (size_t i = 0; i < n; i++)
-            if (!kvr_prefix_cache_contains(e->cpu, keys[i]))
-                bt_drop(&e->bt, keys[i]);
-    }
 }
 
 static void gpu_stored(void *ud, bool has_parent, uint64_t parent, const uint64_t *keys, size_t n)
@@ -178,7 +38,7 @@ static void gpu_stored(void *ud, bool has_parent, uint64_t parent, const uint64_
         for (size_t i = 0; i < n; i++) {
             bool hp = i > 0 || has_parent;
             uint64_t p = i > 0 ? keys[i - 1] : parent;
-            if (!bt_put(e, keys[i], hp, p, toks + i * B))
+            if (!kvr_sim_host_record(e, keys[i], hp, p, toks + i * B))
                 e->failed = true;
         }
     }
@@ -204,8 +64,7 @@ kvr_sim_engine *kvr_sim_engine_create(const kvr_sim_engine_config *cfg, char *er
     e->cfg = *cfg;
     e->window = cfg->block_size + (cfg->eagle ? 1 : 0);
     e->last_seq = -1;
-    e->bt.free_head = BT_NONE;
-    kvr_u64map_init(&e->bt.by_key);
+    kvr_sim_host_init(e);
     kvr_sim_events_init(&e->ev);
     e->gpu = kvr_prefix_cache_create(cfg->gpu_capacity);
     if (!e->gpu) {
@@ -239,7 +98,7 @@ void kvr_sim_engine_destroy(kvr_sim_engine *e)
     kvr_sim_pub_destroy(e->pub);
     kvr_prefix_cache_destroy(e->gpu);
     kvr_prefix_cache_destroy(e->cpu);
-    bt_free(&e->bt);
+    kvr_sim_host_free(e);
     kvr_sim_events_free(&e->ev);
     free(e->keys);
     free(e);
@@ -275,21 +134,22 @@ static int compute_keys(kvr_sim_engine *e, const uint64_t *tokens, size_t n, siz
 
 static void measure(kvr_sim_engine *e, size_t nb, bool touch, kvr_sim_hit *hit)
 {
-    size_t g = 0;
+    size_t g = 0, h = 0;
     if (touch)
         g = kvr_prefix_cache_match(e->gpu, e->keys, nb);
     else
         while (g < nb && kvr_prefix_cache_contains(e->gpu, e->keys[g]))
             g++;
-    size_t c = 0;
-    while (e->cpu && g + c < nb && kvr_prefix_cache_contains(e->cpu, e->keys[g + c])) {
-        if (touch)
-            kvr_prefix_cache_match(e->cpu, &e->keys[g + c], 1);
-        c++;
-    }
+    /* The host tier holds whole prefixes too; what it holds past the GPU
+     * prefix is loaded back instead of recomputed. */
+    if (e->cpu && touch)
+        h = kvr_prefix_cache_match(e->cpu, e->keys, nb);
+    else
+        while (e->cpu && h < nb && kvr_prefix_cache_contains(e->cpu, e->keys[h]))
+            h++;
     hit->n_blocks = nb;
     hit->gpu_blocks = g;
-    hit->cpu_blocks = c;
+    hit->cpu_blocks = h > g ? h - g : 0;
 }
 
 static int publish(kvr_sim_engine *e)
@@ -344,8 +204,8 @@ int kvr_sim_engine_clear(kvr_sim_engine *e)
     kvr_prefix_cache_clear(e->gpu);
     if (e->cpu)
         kvr_prefix_cache_clear(e->cpu);
-    bt_free(&e->bt);
-    kvr_u64map_init(&e->bt.by_key);
+    kvr_sim_host_free(e);
+    kvr_sim_host_init(e);
     e->stats.clears++;
     if (!emitting(e))
         return 0;

@@ -298,6 +298,57 @@ static void request_call(kvr_sim_kr *kr, const char *path, size_t idx)
 void kvr_sim_kr_prefill_done(kvr_sim_kr *kr, size_t idx) { request_call(kr, "/prefill_done", idx); }
 void kvr_sim_kr_free(kvr_sim_kr *kr, size_t idx) { request_call(kr, "/free", idx); }
 
+static uint64_t counter(json_t *obj, const char *key)
+{
+    uint64_t v = 0;
+    json_u64(json_object_get(obj, key), &v);
+    return v;
+}
+
+void kvr_sim_kr_collect(kvr_sim_kr *kr, kvr_sim_result *out)
+{
+    long status;
+    if (kvr_sim_http_call(kr->http, "/workers", NULL, 0, &status, &kr->resp) != 0 ||
+        status != 200)
+        return;
+    json_t *root = json_loadb(kr->resp.data, kr->resp.len, 0, NULL);
+    json_t *drops_by_reason = json_object();
+    size_t i;
+    json_t *w;
+    json_array_foreach(json_object_get(root, "workers"), i, w) {
+        const char *model = json_string_value(json_object_get(w, "model_name"));
+        if (!model || strcmp(model, kr->cfg->model_name) != 0)
+            continue;
+        json_t *c = json_object_get(w, "counters");
+        out->router_wide_tokens += counter(c, "wide_tokens_seen");
+        out->router_mm_excluded += counter(c, "mm_blocks_excluded");
+        out->router_seq_gaps += counter(c, "seq_gaps");
+        const char *reason;
+        json_t *v;
+        json_object_foreach(json_object_get(c, "drops"), reason, v) {
+            uint64_t n = 0;
+            if (!json_u64(v, &n) || n == 0)
+                continue;
+            out->router_drops += n;
+            uint64_t prev = counter(drops_by_reason, reason);
+            json_object_set_new(drops_by_reason, reason, json_integer((json_int_t)(prev + n)));
+        }
+    }
+    size_t len = 0;
+    const char *reason;
+    json_t *v;
+    out->router_drop_detail[0] = '\0';
+    json_object_foreach(drops_by_reason, reason, v) {
+        int m = snprintf(out->router_drop_detail + len, sizeof out->router_drop_detail - len,
+                         "%s%s=%lld", len ? " " : "", reason, (long long)json_integer_value(v));
+        if (m < 0 || (size_t)m >= sizeof out->router_drop_detail - len)
+            break;
+        len += (size_t)m;
+    }
+    json_decref(drops_by_reason);
+    json_decref(root);
+}
+
 void kvr_sim_kr_stats(const kvr_sim_kr *kr, kvr_sim_result *out)
 {
     out->route_errors = kr->route_errors;

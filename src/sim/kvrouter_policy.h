@@ -29,5 +29,8 @@ void kvr_sim_kr_published(kvr_sim_kr *kr, size_t slot);
 /* Waits for every slot marked since the last sync. */
 void kvr_sim_kr_sync(kvr_sim_kr *kr);
 void kvr_sim_kr_stats(const kvr_sim_kr *kr, kvr_sim_result *out);
+/* Reads the router's counters for the fleet (drops by reason, wide tokens,
+ * media blocks excluded, sequence gaps) from GET /workers into out. */
+void kvr_sim_kr_collect(kvr_sim_kr *kr, kvr_sim_result *out);
 
 #endif

@@ -43,6 +43,12 @@ char *kvr_sim_json(const kvr_sim_config *cfg, const kvr_sim_result *res, const b
             json_object_set_new(o, "http_s", json_real(r->http_s));
             json_object_set_new(o, "sync_polls", json_integer((json_int_t)r->sync_polls));
             json_object_set_new(o, "sync_s", json_real(r->sync_s));
+            json_object_set_new(o, "router_drops", json_integer((json_int_t)r->router_drops));
+            json_object_set_new(o, "router_wide_tokens",
+                                json_integer((json_int_t)r->router_wide_tokens));
+            json_object_set_new(o, "router_mm_blocks_excluded",
+                                json_integer((json_int_t)r->router_mm_excluded));
+            json_object_set_new(o, "router_seq_gaps", json_integer((json_int_t)r->router_seq_gaps));
         }
         json_object_set_new(pol, kvr_sim_policy_name((kvr_sim_policy)p), o);
     }

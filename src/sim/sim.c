@@ -482,8 +482,10 @@ int kvr_sim_run(const kvr_sim_config *cfg, const kvr_sim_workload *wl, kvr_sim_p
     out->ttft_p50_ms = percentile(s.ttft, n, 50);
     out->ttft_p99_ms = percentile(s.ttft, n, 99);
     out->ttft_mean_ms = n ? sum / (double)n : 0;
-    if (s.kr)
+    if (s.kr) {
         kvr_sim_kr_stats(s.kr, out);
+        kvr_sim_kr_collect(s.kr, out);
+    }
     rc = 0;
 done:
     run_free(&s);

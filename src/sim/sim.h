@@ -79,6 +79,9 @@ typedef struct {
     uint64_t route_errors, sync_timeouts, http_calls, sync_polls;
     double http_s, sync_s;
     uint64_t router_overlap_tokens; /* what the router believed it reused (gpu) */
+    /* The router's own counters for the fleet at the end (GET /workers). */
+    uint64_t router_drops, router_wide_tokens, router_mm_excluded, router_seq_gaps;
+    char router_drop_detail[256]; /* "reason=n ..." of the nonzero drop reasons */
 } kvr_sim_result;
 
 /* Engine e is Kimi engine_wide when the running share crosses an integer:

@@ -172,62 +172,78 @@ static void test_vllm_store_evict(void **state)
     check_store_evict(KVR_WIRE_VLLM);
 }
 
+static void expect_event(const kvr_raw_event *ev, kvr_event_type type, kvr_tier tier,
+                         const uint64_t *hashes, size_t n)
+{
+    assert_int_equal(ev->type, type);
+    assert_int_equal(ev->tier, tier);
+    assert_hashes(ev, hashes, n);
+}
+
 static void test_hicache_moves_evicted_to_cpu(void **state)
 {
     (void)state;
     fixture f;
-    kvr_sim_engine_config ec = {.block_size = 4, .gpu_capacity = 4, .cpu_capacity = 6};
+    kvr_sim_engine_config ec = {.block_size = 4, .gpu_capacity = 6, .cpu_capacity = 8};
     setup_engine(&f, &ec);
-    uint64_t a[16], b[16], ha[4], hb[4];
-    seq_tokens(a, 16, 1);
-    seq_tokens(b, 16, 900);
-    kvr_sim_engine_hashes(f.eng, a, 16, ha, 4);
-    kvr_sim_engine_hashes(f.eng, b, 16, hb, 4);
+    /* p = x0 x1 x2 x3; q = x0 x1 y2 y3 (a branch); r = four new blocks. */
+    uint64_t p[16], q[16], r[16], hp[4], hq[4], hr[4];
+    seq_tokens(p, 16, 1);
+    memcpy(q, p, 8 * sizeof *q);
+    seq_tokens(q + 8, 8, 500);
+    seq_tokens(r, 16, 900);
+    kvr_sim_engine_hashes(f.eng, p, 16, hp, 4);
+    kvr_sim_engine_hashes(f.eng, q, 16, hq, 4);
+    kvr_sim_engine_hashes(f.eng, r, 16, hr, 4);
     kvr_sim_hit hit;
-    assert_int_equal(kvr_sim_engine_serve(f.eng, a, 16, &hit), 0);
+    assert_int_equal(kvr_sim_engine_serve(f.eng, p, 16, &hit), 0);
     recv_batch(&f);
-    assert_int_equal(kvr_sim_engine_serve(f.eng, b, 16, &hit), 0);
+    assert_int_equal(kvr_sim_engine_serve(f.eng, q, 16, &hit), 0);
+    assert_int_equal(hit.gpu_blocks, 2);
     recv_batch(&f);
-    /* cpu stores parents first, each linked to its parent, then the GPU
-     * removal, then b's store. */
-    assert_int_equal(f.batch.n_events, 6);
-    assert_int_equal(f.batch.events[5].type, KVR_EV_STORED);
-    assert_int_equal(f.batch.events[5].tier, KVR_TIER_GPU);
-    assert_false(f.batch.events[5].has_parent);
+    assert_int_equal(kvr_sim_engine_gpu_size(f.eng), 6);
+
+    /* r needs 4 blocks: the GPU evicts leaves x3, x2 (older), then y3, y2.
+     * They move to the host as two parent-linked runs; the host takes the
+     * shared x0 x1 with the first run, so the second links under x1. */
+    assert_int_equal(kvr_sim_engine_serve(f.eng, r, 16, &hit), 0);
+    recv_batch(&f);
+    assert_int_equal(f.batch.n_events, 4);
+    const kvr_raw_event *ev = &f.batch.events[0];
+    uint64_t run1[4] = {hq[0], hq[1], hq[2], hq[3]};
+    expect_event(ev, KVR_EV_STORED, KVR_TIER_CPU, run1, 4);
+    assert_false(ev->has_parent);
+    assert_int_equal(ev->n_token_ids, 16);
+    for (int i = 0; i < 16; i++)
+        assert_true(ev->token_ids[i] == q[i]);
+    ev = &f.batch.events[1];
+    uint64_t run2[2] = {hp[2], hp[3]};
+    expect_event(ev, KVR_EV_STORED, KVR_TIER_CPU, run2, 2);
+    assert_true(ev->has_parent && ev->parent == hp[1]);
+    assert_true(ev->token_ids[0] == p[8]);
+    uint64_t gone[4] = {hp[3], hp[2], hq[3], hq[2]};
+    expect_event(&f.batch.events[2], KVR_EV_REMOVED, KVR_TIER_GPU, gone, 4);
+    expect_event(&f.batch.events[3], KVR_EV_STORED, KVR_TIER_GPU, hr, 4);
     for (int i = 0; i < 4; i++) {
-        const kvr_raw_event *ev = &f.batch.events[i];
-        assert_int_equal(ev->type, KVR_EV_STORED);
-        assert_int_equal(ev->tier, KVR_TIER_CPU);
-        assert_int_equal(ev->n_block_hashes, 1);
-        assert_true(ev->block_hashes[0] == ha[i]);
-        assert_int_equal(ev->has_parent, i > 0);
-        if (i > 0)
-            assert_true(ev->parent == ha[i - 1]);
-        assert_int_equal(ev->n_token_ids, 4);
-        assert_true(ev->token_ids[0] == a[4 * i]);
+        assert_true(kvr_sim_engine_cpu_contains(f.eng, hp[i]));
+        assert_true(kvr_sim_engine_cpu_contains(f.eng, hq[i]));
+        assert_true(kvr_sim_engine_gpu_contains(f.eng, hr[i]));
     }
-    assert_int_equal(f.batch.events[4].type, KVR_EV_REMOVED);
-    assert_int_equal(f.batch.events[4].tier, KVR_TIER_GPU);
-    assert_int_equal(f.batch.events[4].n_block_hashes, 4);
-    for (int i = 0; i < 4; i++) {
-        assert_true(kvr_sim_engine_cpu_contains(f.eng, ha[i]));
-        assert_false(kvr_sim_engine_gpu_contains(f.eng, ha[i]));
-        assert_true(kvr_sim_engine_gpu_contains(f.eng, hb[i]));
-    }
-    /* Coming back, a's prefix is loaded from the host tier and b moves down;
-     * 4 + 4 > 6 host blocks, so the host tier evicts its two least recently
-     * used entries. */
+    assert_false(kvr_sim_engine_gpu_contains(f.eng, hp[2]));
+    assert_true(kvr_sim_engine_gpu_contains(f.eng, hp[1]));
+
+    /* p again: x0 x1 on the GPU, x2 x3 loaded back from the host. */
     kvr_sim_hit peek;
-    kvr_sim_engine_peek(f.eng, a, 16, &peek);
-    assert_int_equal(peek.gpu_blocks, 0);
-    assert_int_equal(peek.cpu_blocks, 4);
-    assert_int_equal(kvr_sim_engine_serve(f.eng, a, 16, &hit), 0);
-    assert_int_equal(hit.gpu_blocks, 0);
-    assert_int_equal(hit.cpu_blocks, 4);
+    kvr_sim_engine_peek(f.eng, p, 16, &peek);
+    assert_int_equal(peek.gpu_blocks, 2);
+    assert_int_equal(peek.cpu_blocks, 2);
+    assert_int_equal(kvr_sim_engine_serve(f.eng, p, 16, &hit), 0);
+    assert_int_equal(hit.gpu_blocks, 2);
+    assert_int_equal(hit.cpu_blocks, 2);
     recv_batch(&f);
     size_t cpu_removed = 0, cpu_stored = 0, gpu_stored = 0;
     for (uint32_t i = 0; i < f.batch.n_events; i++) {
-        const kvr_raw_event *ev = &f.batch.events[i];
+        ev = &f.batch.events[i];
         if (ev->type == KVR_EV_REMOVED && ev->tier == KVR_TIER_CPU)
             cpu_removed += ev->n_block_hashes;
         if (ev->type == KVR_EV_STORED && ev->tier == KVR_TIER_CPU)
@@ -235,13 +251,13 @@ static void test_hicache_moves_evicted_to_cpu(void **state)
         if (ev->type == KVR_EV_STORED && ev->tier == KVR_TIER_GPU)
             gpu_stored += ev->n_block_hashes;
     }
-    assert_int_equal(gpu_stored, 4);    /* a loaded back */
-    assert_int_equal(cpu_stored, 4);    /* b moved down */
-    assert_int_equal(cpu_removed, 2);   /* 4 + 4 > 6 */
-    assert_int_equal(kvr_sim_engine_cpu_size(f.eng), 6);
-    kvr_sim_engine_stats st = kvr_sim_engine_get_stats(f.eng);
-    assert_int_equal(st.cpu_stored, 8);
-    assert_int_equal(st.cpu_removed, 2);
+    assert_int_equal(gpu_stored, 2); /* x2 x3 back on the GPU */
+    /* Two r leaves go down with their root path (4 host blocks); 6 + 4 > 8,
+     * so the host evicts two of its leaves, never a block whose descendants
+     * it still holds. */
+    assert_int_equal(cpu_stored, 2 + 2);
+    assert_int_equal(cpu_removed, 2);
+    assert_int_equal(kvr_sim_engine_cpu_size(f.eng), 8);
     teardown_engine(&f);
 }
 

@@ -128,6 +128,12 @@ static void test_kvrouter_end_to_end(void **state)
     policy(root, "round_robin", 60);
     assert_int_equal(json_integer_value(json_object_get(k, "router_errors")), 0);
     assert_int_equal(json_integer_value(json_object_get(k, "sync_timeouts")), 0);
+    /* The router applied every engine batch cleanly and saw the Kimi
+     * engines' wide ids. */
+    assert_int_equal(json_integer_value(json_object_get(k, "router_drops")), 0);
+    assert_int_equal(json_integer_value(json_object_get(k, "router_seq_gaps")), 0);
+    assert_true(json_integer_value(json_object_get(k, "router_wide_tokens")) > 0);
+    assert_true(json_integer_value(json_object_get(k, "router_mm_blocks_excluded")) > 0);
     /* /route + /prefill_done + /free per request, plus registration. */
     assert_true(json_integer_value(json_object_get(k, "http_calls")) >= 3 * 60);
     json_decref(root);
@@ -147,6 +153,7 @@ static void test_kvrouter_vllm_dp_eagle(void **state)
     json_t *root = last_line_json(out);
     json_t *k = policy(root, "kvrouter", 30);
     assert_int_equal(json_integer_value(json_object_get(k, "router_errors")), 0);
+    assert_int_equal(json_integer_value(json_object_get(k, "router_drops")), 0);
     assert_int_equal(json_integer_value(json_object_get(k, "sync_timeouts")), 0);
     json_decref(root);
     free(out);
