@@ -1,5 +1,9 @@
 /* Snapshot of an index as parent-linked store events (SPEC §7 /dump): a
- * preorder walk, so every parent is emitted before its children. An owner's
+ * preorder walk, so every parent is emitted before its children. Blocks are
+ * batched per (owner, tier) into chains while the walk keeps extending them;
+ * before an owner starts a new chain, all of its open chains are emitted in
+ * the order they were opened, which keeps every chain after the one holding
+ * its parent (parents only matter within one owner). An owner's
  * block is emitted only while the owner holds every block above it (on any
  * tier): a block behind a gap can never count in a match for that owner,
  * and its parent handle could not be resolved when the dump is loaded. */
@@ -17,11 +21,30 @@ typedef struct {
     size_t off, len; /* this node's connected owners in the arena */
 } frame;
 
+#define MAX_CHAIN 65536 /* the wire bound on hashes per event (SPEC §3) */
+
+typedef struct {
+    uint64_t *e, *l;
+    size_t n, cap;
+    uint64_t parent, seq;
+    uint32_t last; /* node of the last block */
+    bool active, has_parent;
+} chain;
+
+typedef struct {
+    chain c[KVR_TIER_COUNT];
+} owner_chains;
+
 typedef struct {
     conn *a;
     size_t len, cap;
     frame *f;
     size_t flen, fcap;
+    owner_chains *oc; /* by owner id */
+    uint64_t seq;
+    bool oom;
+    kvr_dump_fn fn;
+    void *user;
 } walk;
 
 static int reserve(void **p, size_t *cap, size_t need, size_t elem)
@@ -39,31 +62,73 @@ static int reserve(void **p, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
-static void emit(kvr_index *idx, uint32_t x, const conn *c, const conn *pc, kvr_dump_fn fn,
-                 void *user)
+static void flush_owner(kvr_index *idx, walk *w, uint32_t owner)
 {
-    uint32_t owner = kvr_oset_owner(c->entry);
-    const kvr_owner_rec *r = &idx->owners[owner];
-    for (int t = 0; t < KVR_TIER_COUNT; t++) {
-        if (!(c->entry & (1u << t)))
-            continue;
+    owner_chains *oc = &w->oc[owner];
+    for (;;) {
+        chain *next = NULL;
+        int tier = 0;
+        for (int t = 0; t < KVR_TIER_COUNT; t++)
+            if (oc->c[t].active && (!next || oc->c[t].seq < next->seq)) {
+                next = &oc->c[t];
+                tier = t;
+            }
+        if (!next)
+            return;
+        const kvr_owner_rec *r = &idx->owners[owner];
         kvr_dump_store ev = {
             .worker_id = r->worker_id,
             .dp_rank = r->dp_rank,
-            .tier = (kvr_tier)t,
-            .has_parent = pc != NULL,
-            .parent = pc ? pc->handle : 0,
-            .engine_hashes = &c->handle,
-            .local_hashes = &KVR_NODE(idx, x).local,
-            .n = 1,
+            .tier = (kvr_tier)tier,
+            .has_parent = next->has_parent,
+            .parent = next->parent,
+            .engine_hashes = next->e,
+            .local_hashes = next->l,
+            .n = next->n,
         };
-        fn(user, &ev);
+        w->fn(w->user, &ev);
+        next->active = false;
+        next->n = 0;
+    }
+}
+
+/* Adds node x (child of p, parent handle pc) for the owner of c. */
+static void emit(kvr_index *idx, walk *w, uint32_t x, uint32_t p, const conn *c, const conn *pc)
+{
+    uint32_t owner = kvr_oset_owner(c->entry);
+    for (int t = 0; t < KVR_TIER_COUNT; t++) {
+        if (!(c->entry & (1u << t)))
+            continue;
+        chain *ch = &w->oc[owner].c[t];
+        if (!ch->active || ch->last != p || ch->n == MAX_CHAIN) {
+            flush_owner(idx, w, owner);
+            ch->active = true;
+            ch->has_parent = pc != NULL;
+            ch->parent = pc ? pc->handle : 0;
+            ch->seq = ++w->seq;
+        }
+        if (ch->n == ch->cap) {
+            size_t ncap = ch->cap ? ch->cap * 2 : 16;
+            uint64_t *ne = realloc(ch->e, ncap * sizeof *ne);
+            if (ne)
+                ch->e = ne;
+            uint64_t *nl = ne ? realloc(ch->l, ncap * sizeof *nl) : NULL;
+            if (nl)
+                ch->l = nl;
+            if (!ne || !nl) {
+                w->oom = true;
+                return;
+            }
+            ch->cap = ncap;
+        }
+        ch->e[ch->n] = c->handle;
+        ch->l[ch->n++] = KVR_NODE(idx, x).local;
+        ch->last = x;
     }
 }
 
 /* Pushes node x's frame: the owners of x connected through its parent. */
-static int enter(kvr_index *idx, walk *w, uint32_t x, const frame *parent, kvr_dump_fn fn,
-                 void *user)
+static int enter(kvr_index *idx, walk *w, uint32_t x, const frame *parent)
 {
     const kvr_oset *o = kvr_osets_get(&idx->sets, KVR_NODE(idx, x).set);
     const uint32_t *e = kvr_oset_entries(o);
@@ -88,18 +153,21 @@ static int enter(kvr_index *idx, walk *w, uint32_t x, const frame *parent, kvr_d
         conn *c = &w->a[w->len++];
         c->entry = e[k];
         c->handle = kvr_tree_handle(idx, owner, x, e[k]);
-        emit(idx, x, c, pc, fn, user);
+        emit(idx, w, x, parent ? parent->node : KVR_ROOT, c, pc);
     }
     w->f[w->flen++] = (frame){x, KVR_NODE(idx, x).first_child, off, w->len - off};
-    return 0;
+    return w->oom ? -1 : 0;
 }
 
 void kvr_index_dump(kvr_index *idx, kvr_dump_fn fn, void *user)
 {
     pthread_rwlock_rdlock(&idx->lock);
-    walk w = {0};
+    walk w = {.fn = fn, .user = user};
+    w.oc = calloc(idx->n_owners ? idx->n_owners : 1, sizeof *w.oc);
+    if (!w.oc)
+        goto out;
     for (uint32_t top = KVR_NODE(idx, KVR_ROOT).first_child; top; top = KVR_NODE(idx, top).next) {
-        if (enter(idx, &w, top, NULL, fn, user) < 0)
+        if (enter(idx, &w, top, NULL) < 0)
             goto out;
         while (w.flen) {
             frame *f = &w.f[w.flen - 1];
@@ -111,11 +179,20 @@ void kvr_index_dump(kvr_index *idx, kvr_dump_fn fn, void *user)
             uint32_t c = f->next_child;
             f->next_child = KVR_NODE(idx, c).next;
             frame parent = *f; /* enter may move the frame array */
-            if (enter(idx, &w, c, &parent, fn, user) < 0)
+            if (enter(idx, &w, c, &parent) < 0)
                 goto out;
         }
     }
+    for (uint32_t o = 0; o < idx->n_owners; o++)
+        flush_owner(idx, &w, o);
 out:
+    if (w.oc)
+        for (uint32_t o = 0; o < idx->n_owners; o++)
+            for (int t = 0; t < KVR_TIER_COUNT; t++) {
+                free(w.oc[o].c[t].e);
+                free(w.oc[o].c[t].l);
+            }
+    free(w.oc);
     free(w.a);
     free(w.f);
     pthread_rwlock_unlock(&idx->lock);

@@ -133,12 +133,13 @@ static void test_random_against_model(void **state)
 
 typedef struct {
     kvr_index *dst;
-    size_t events;
+    size_t events, blocks;
 } loader;
 
 static void load_event(void *user, const kvr_dump_store *ev)
 {
     loader *l = user;
+    l->blocks += ev->n;
     kvr_owner o = kvr_index_owner(l->dst, ev->worker_id, ev->dp_rank);
     assert_int_equal(kvr_index_store(l->dst, o, ev->tier, ev->has_parent, ev->parent,
                                      ev->engine_hashes, ev->local_hashes, ev->n),
@@ -158,9 +159,10 @@ static void test_dump_round_trip(void **state)
     kvr_index *copy = kvr_index_create();
     kvr_owner cids[OWNERS];
     make_owners(copy, cids); /* same (worker, rank) -> same order of ids */
-    loader l = {copy, 0};
+    loader l = {copy, 0, 0};
     kvr_index_dump(idx, load_event, &l);
     assert_true(l.events > 0);
+    assert_true(l.events < l.blocks); /* chains are batched */
     kvr_match_ctx *ctx = kvr_match_ctx_create();
     uint64_t rng = 5;
     for (int q = 0; q < 3000; q++) {
@@ -184,6 +186,57 @@ static void test_dump_round_trip(void **state)
     kvr_match_ctx_destroy(ctx);
     tm_free(&m);
     kvr_index_destroy(copy);
+    kvr_index_destroy(idx);
+}
+
+typedef struct {
+    kvr_dump_store ev[16];
+    uint64_t eng[16][16];
+    size_t n;
+} recorder;
+
+static void record(void *user, const kvr_dump_store *ev)
+{
+    recorder *r = user;
+    assert_true(r->n < 16 && ev->n <= 16);
+    r->ev[r->n] = *ev;
+    memcpy(r->eng[r->n], ev->engine_hashes, ev->n * sizeof(uint64_t));
+    r->n++;
+}
+
+static void test_dump_chains(void **state)
+{
+    (void)state;
+    kvr_index *idx = kvr_index_create();
+    kvr_owner a = kvr_index_owner(idx, 1, 0), b = kvr_index_owner(idx, 2, 3);
+    uint64_t l[6] = {11, 12, 13, 14, 15, 16}, e[6] = {101, 102, 103, 104, 105, 106};
+    uint64_t l2[2] = {23, 24}, e2[2] = {203, 204};
+    kvr_index_store(idx, a, KVR_TIER_GPU, false, 0, e, l, 6);
+    kvr_index_store(idx, b, KVR_TIER_GPU, false, 0, e, l, 2);
+    kvr_index_store(idx, b, KVR_TIER_CPU, true, 102, e2, l2, 2);
+    recorder r = {0};
+    kvr_index_dump(idx, record, &r);
+    /* a: one chain of 6; b: its gpu chain of 2, then the cpu branch under it */
+    assert_int_equal(r.n, 3);
+    size_t seen_b_gpu = SIZE_MAX;
+    for (size_t i = 0; i < r.n; i++) {
+        const kvr_dump_store *ev = &r.ev[i];
+        if (ev->worker_id == 1) {
+            assert_int_equal(ev->n, 6);
+            assert_false(ev->has_parent);
+            assert_int_equal(r.eng[i][5], 106);
+        } else if (ev->tier == KVR_TIER_GPU) {
+            assert_int_equal(ev->dp_rank, 3);
+            assert_int_equal(ev->n, 2);
+            seen_b_gpu = i;
+        } else {
+            assert_true(seen_b_gpu < i); /* the parent's chain comes first */
+            assert_true(ev->has_parent);
+            assert_int_equal(ev->parent, 102);
+            assert_int_equal(ev->n, 2);
+            assert_int_equal(r.eng[i][1], 204);
+        }
+    }
     kvr_index_destroy(idx);
 }
 
@@ -260,6 +313,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random_against_model),
         cmocka_unit_test(test_dump_round_trip),
+        cmocka_unit_test(test_dump_chains),
         cmocka_unit_test(test_concurrent_match_sees_whole_events),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
