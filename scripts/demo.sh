@@ -10,7 +10,8 @@
 #
 # Environment: KVROUTER (binary, default build/kvrouter), DEMO_LIMIT
 # (requests, default 1500), DEMO_PORT (default 8090), DEMO_ARGS (extra sim
-# options, e.g. "--route-opt prefill_load_scale=4").
+# options, e.g. "--route-opt prefill_load_scale=16"), DEMO_SERVE_ARGS (extra
+# serve options, e.g. "--router-opt cpu_hit_weight=1").
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -35,7 +36,8 @@ if port_busy "$port"; then
 fi
 
 # A fixed seed makes the router's random tie-breaks repeatable run to run.
-"$bin" serve --listen "127.0.0.1:$port" --router-opt rng_seed=1 >"$log" 2>&1 &
+# shellcheck disable=SC2086
+"$bin" serve --listen "127.0.0.1:$port" --router-opt rng_seed=1 ${DEMO_SERVE_ARGS:-} >"$log" 2>&1 &
 serve_pid=$!
 cleanup() {
     kill "$serve_pid" 2>/dev/null || true

@@ -34,7 +34,9 @@ static void usage(FILE *out)
             "  --prefill-tps X      prefill tokens/s per worker (default 20000)\n"
             "  --decode-tps X       decode tokens/s per request (default 50)\n"
             "  --sync-every N       wait for the router to apply events every N requests (default 1)\n"
-"  --route-opt K=V      add \"K\": V to every /route body (repeatable), e.g.\n"
+            "  --router-opt K=V     setting for the router this sim starts (repeatable; see\n"
+            "                       kvrouter serve --router-opt), e.g. cpu_hit_weight=1\n"
+            "  --route-opt K=V      add \"K\": V to every /route body (repeatable), e.g.\n"
             "                       overlap_score_credit=2 prefill_load_scale=1\n"
             "  --model NAME         model name registered with the router (default sim-model)\n"
             "  --seed S             seed for random and multimodal choices (default 1)\n"
@@ -87,6 +89,8 @@ int kvr_cmd_sim(int argc, char **argv)
     double limit = 0, mm_share = 0;
     bool json = false;
     char route_extra[512] = "";
+    char *router_opts[16];
+    size_t n_router_opts = 0;
     size_t extra_len = 0;
     bool which[KVR_SIM_POLICY_COUNT];
     for (int p = 0; p < KVR_SIM_POLICY_COUNT; p++)
@@ -138,6 +142,13 @@ int kvr_cmd_sim(int argc, char **argv)
             }
             extra_len += (size_t)m;
             cfg.route_extra = route_extra;
+        } else if (!strcmp(a, "--router-opt")) {
+            NEED_VALUE;
+            if (n_router_opts == sizeof router_opts / sizeof router_opts[0]) {
+                fprintf(stderr, "kvrouter sim: too many --router-opt\n");
+                return 2;
+            }
+            router_opts[n_router_opts++] = (char *)v;
         } else if (!strcmp(a, "--model")) {
             NEED_VALUE;
             cfg.model_name = v;
@@ -220,6 +231,9 @@ int kvr_cmd_sim(int argc, char **argv)
         }
 #undef NEED_VALUE
     }
+    if (n_router_opts && cfg.router_url)
+        fprintf(stderr, "kvrouter sim: --router-opt only applies to a router the sim starts; "
+                        "ignored with --router\n");
     if (!trace_path) {
         usage(stderr);
         return 2;
@@ -242,7 +256,7 @@ int kvr_cmd_sim(int argc, char **argv)
     pid_t router_pid = -1;
     char url[128];
     if (which[KVR_SIM_KVROUTER] && !cfg.router_url) {
-        if (kvr_sim_router_spawn("/proc/self/exe", cfg.seed, url, sizeof url, &router_pid, 10000, err,
+        if (kvr_sim_router_spawn("/proc/self/exe", cfg.seed, router_opts, n_router_opts, url, sizeof url, &router_pid, 10000, err,
                                  sizeof err) != 0) {
             fprintf(stderr, "kvrouter sim: %s\n", err);
             rc = 1;

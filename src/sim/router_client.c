@@ -172,8 +172,9 @@ static int free_port(void)
     return port;
 }
 
-int kvr_sim_router_spawn(const char *exe, uint64_t rng_seed, char *url, size_t urllen,
-                         pid_t *pid_out, int timeout_ms, char *err, size_t errlen)
+int kvr_sim_router_spawn(const char *exe, uint64_t rng_seed, char *const *router_opts,
+                         size_t n_opts, char *url, size_t urllen, pid_t *pid_out, int timeout_ms,
+                         char *err, size_t errlen)
 {
     int port = free_port();
     if (port < 0) {
@@ -194,7 +195,21 @@ int kvr_sim_router_spawn(const char *exe, uint64_t rng_seed, char *url, size_t u
     if (pid == 0) {
         /* The router's logs go to stderr; keep stdout for the sim's table. */
         dup2(STDERR_FILENO, STDOUT_FILENO);
-        execl(exe, exe, "serve", "--listen", listen, "--router-opt", seed, (char *)NULL);
+        char **argv = calloc(6 + 2 * n_opts + 1, sizeof *argv);
+        if (!argv)
+            _exit(127);
+        size_t k = 0;
+        argv[k++] = (char *)exe;
+        argv[k++] = "serve";
+        argv[k++] = "--listen";
+        argv[k++] = listen;
+        argv[k++] = "--router-opt";
+        argv[k++] = seed;
+        for (size_t i = 0; i < n_opts; i++) {
+            argv[k++] = "--router-opt";
+            argv[k++] = router_opts[i];
+        }
+        execv(exe, argv);
         fprintf(stderr, "exec %s: %s\n", exe, strerror(errno));
         _exit(127);
     }
