@@ -1,7 +1,9 @@
 /* Prefix index mutations (SPEC §6): owners, store, remove, clear, subtree
  * reclamation, stats. Layout in tree_internal.h. */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "index/tree_internal.h"
 
@@ -256,6 +258,26 @@ static void detach(kvr_index *idx, uint32_t owner, uint32_t node, uint64_t h, ui
         reclaim(idx, node);
 }
 
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Exclusive lock for one event. If matches are queued behind the previous
+ * event, give them the lock first (bounded, so a descheduled reader cannot
+ * stall ingestion): a match then waits for at most one event. */
+static void write_lock(kvr_index *idx)
+{
+    if (atomic_load_explicit(&idx->readers_waiting, memory_order_relaxed)) {
+        uint64_t start = mono_ns();
+        while (atomic_load(&idx->readers_waiting) && mono_ns() - start < 200000)
+            sched_yield();
+    }
+    pthread_rwlock_wrlock(&idx->lock);
+}
+
 /* ---- lifecycle and owners ---- */
 
 kvr_index *kvr_index_create(void)
@@ -268,6 +290,7 @@ kvr_index *kvr_index_create(void)
     /* matches must not starve event ingestion, and vice versa each call is short */
     pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
     pthread_rwlock_init(&idx->lock, &attr);
+    atomic_init(&idx->readers_waiting, 0);
     pthread_rwlockattr_destroy(&attr);
     kvr_ids_init(&idx->node_ids);
     kvr_u64map_init(&idx->by_worker);
@@ -325,7 +348,7 @@ kvr_owner kvr_index_find_owner(kvr_index *idx, uint64_t worker_id, uint32_t dp_r
 
 kvr_owner kvr_index_owner(kvr_index *idx, uint64_t worker_id, uint32_t dp_rank)
 {
-    pthread_rwlock_wrlock(&idx->lock);
+    write_lock(idx);
     kvr_owner o = find_owner_locked(idx, worker_id, dp_rank);
     if (o != KVR_OWNER_NONE || idx->n_owners > KVR_OSET_MAX_OWNER)
         goto out;
@@ -425,7 +448,7 @@ kvr_drop_reason kvr_index_store(kvr_index *idx, kvr_owner owner, kvr_tier tier, 
 {
     if ((unsigned)tier >= KVR_TIER_COUNT)
         return KVR_DROP_UNKNOWN_TIER;
-    pthread_rwlock_wrlock(&idx->lock);
+    write_lock(idx);
     kvr_drop_reason r = KVR_DROP_NONE;
     if (owner >= idx->n_owners) {
         r = KVR_DROP_PARENT_NOT_FOUND;
@@ -470,7 +493,7 @@ size_t kvr_index_remove(kvr_index *idx, kvr_owner owner, kvr_tier tier,
 {
     if ((unsigned)tier >= KVR_TIER_COUNT)
         return n;
-    pthread_rwlock_wrlock(&idx->lock);
+    write_lock(idx);
     size_t unknown = 0;
     if (owner >= idx->n_owners) {
         unknown = n;
@@ -497,7 +520,7 @@ out:
 
 void kvr_index_clear_owner(kvr_index *idx, kvr_owner owner)
 {
-    pthread_rwlock_wrlock(&idx->lock);
+    write_lock(idx);
     if (owner >= idx->n_owners)
         goto out;
     kvr_handles *hm = &idx->owners[owner].handles;

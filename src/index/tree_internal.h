@@ -13,6 +13,7 @@
 #define KVR_INDEX_TREE_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 
 #include "index/tree_handles.h"
@@ -49,6 +50,10 @@ typedef struct {
 
 struct kvr_index {
     pthread_rwlock_t lock;
+    /* Matches blocked behind a writer. The lock prefers writers, so an
+     * ingestion thread applying events back to back could otherwise starve
+     * matches; a writer lets waiting readers in before its next event. */
+    atomic_uint readers_waiting;
     kvr_node **chunks; /* node id -> chunks[id >> KVR_NODE_CHUNK_BITS][id & mask] */
     uint32_t n_chunks, chunks_cap;
     kvr_ids node_ids;

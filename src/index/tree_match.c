@@ -51,7 +51,9 @@ static void read_lock(kvr_index *idx, kvr_match_ctx *ctx)
     if (pthread_rwlock_tryrdlock(&idx->lock) == 0)
         return;
     uint64_t t0 = now_ns();
+    atomic_fetch_add(&idx->readers_waiting, 1);
     pthread_rwlock_rdlock(&idx->lock);
+    atomic_fetch_sub(&idx->readers_waiting, 1);
     uint64_t dt = now_ns() - t0;
     ctx->stats.waits++;
     ctx->stats.wait_ns += dt;

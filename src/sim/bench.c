@@ -1,6 +1,7 @@
 #include "sim/bench.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -272,8 +273,9 @@ typedef struct {
     const kvr_bench_stream *s;
     kvr_index *idx;
     size_t first, step; /* this reader's share of the match ops */
-    double *lat;
-    size_t nlat;
+    double *lat;      /* ring of the latest cap samples */
+    size_t nlat, cap; /* nlat counts every match */
+    atomic_bool *done;
     kvr_match_ctx_stats wait;
     double seconds;
 } reader_arg;
@@ -284,17 +286,23 @@ static void *reader_main(void *p)
     kvr_match_ctx *ctx = kvr_match_ctx_create();
     if (!ctx)
         return NULL;
+    /* Keep matching (cycling through this reader's share of the requests)
+     * for as long as the writer ingests, so the rates overlap in time. */
     double t0 = now_s();
-    size_t seen = 0;
-    for (size_t i = 0; i < a->s->n; i++) {
-        const kvr_bench_op *op = &a->s->ops[i];
-        if (op->kind != KVR_BOP_MATCH || seen++ % a->step != a->first)
-            continue;
-        const kvr_match_entry *res;
-        double b = now_s();
-        kvr_index_match(a->idx, ctx, a->s->pool + op->off, op->n, &res);
-        a->lat[a->nlat++] = now_s() - b;
-    }
+    bool any = false;
+    do {
+        size_t seen = 0;
+        for (size_t i = 0; i < a->s->n && !atomic_load(a->done); i++) {
+            const kvr_bench_op *op = &a->s->ops[i];
+            if (op->kind != KVR_BOP_MATCH || seen++ % a->step != a->first)
+                continue;
+            const kvr_match_entry *res;
+            double b = now_s();
+            kvr_index_match(a->idx, ctx, a->s->pool + op->off, op->n, &res);
+            a->lat[a->nlat++ % a->cap] = now_s() - b;
+            any = true;
+        }
+    } while (any && !atomic_load(a->done));
     a->seconds = now_s() - t0;
     kvr_match_ctx_stats_get(ctx, &a->wait);
     kvr_match_ctx_destroy(ctx);
@@ -315,9 +323,12 @@ int kvr_bench_replay_concurrent(const kvr_bench_stream *s, int threads, kvr_benc
     int rc = -1, started = 0;
     if (!idx || !owners || !ra || !th || !lat)
         goto out;
+    atomic_bool done;
+    atomic_init(&done, false);
+    size_t cap = s->n ? s->n : 1;
     for (int t = 0; t < nr; t++) {
-        ra[t] = (reader_arg){s, idx, (size_t)t, (size_t)nr, lat, 0, {0}, 0};
-        ra[t].lat = malloc((s->n ? s->n : 1) * sizeof(double));
+        ra[t] = (reader_arg){s, idx, (size_t)t, (size_t)nr, NULL, 0, cap, &done, {0}, 0};
+        ra[t].lat = malloc(cap * sizeof(double));
         if (!ra[t].lat || pthread_create(&th[t], NULL, reader_main, &ra[t]) != 0)
             break;
         started++;
@@ -331,6 +342,7 @@ int kvr_bench_replay_concurrent(const kvr_bench_stream *s, int threads, kvr_benc
             events++;
         }
     double ingest = now_s() - t0;
+    atomic_store(&done, true);
     size_t nl = 0;
     uint64_t matches = 0;
     double reader_s = 0;
@@ -338,8 +350,11 @@ int kvr_bench_replay_concurrent(const kvr_bench_stream *s, int threads, kvr_benc
     r->reader_wait_total_ms = r->reader_wait_max_us = 0;
     for (int t = 0; t < started; t++) {
         pthread_join(th[t], NULL);
-        memcpy(lat + nl, ra[t].lat, ra[t].nlat * sizeof *lat);
-        nl += ra[t].nlat;
+        size_t kept = ra[t].nlat < ra[t].cap ? ra[t].nlat : ra[t].cap;
+        if (nl + kept > cap)
+            kept = cap - nl;
+        memcpy(lat + nl, ra[t].lat, kept * sizeof *lat);
+        nl += kept;
         matches += ra[t].nlat;
         if (ra[t].seconds > reader_s)
             reader_s = ra[t].seconds;
