@@ -500,7 +500,28 @@ size_t kvr_index_remove(kvr_index *idx, kvr_owner owner, kvr_tier tier,
         goto out;
     }
     uint32_t bit = 1u << tier;
+    /* Removals are three dependent misses per block (handle slot, node,
+     * child-table slot and parent): prefetch them in stages ahead. */
+    const kvr_handles *hm = &idx->owners[owner].handles;
+    uint32_t hint[STORE_RING] = {0};
     for (size_t i = 0; i < n; i++) {
+        if (i + 8 < n)
+            kvr_handles_prefetch(hm, engine_hashes[i + 8]);
+        if (i + 4 < n) {
+            uint32_t c = kvr_handles_peek(hm, engine_hashes[i + 4]);
+            hint[(i + 4) % STORE_RING] = c;
+            if (c && kvr_ids_used(&idx->node_ids, c))
+                __builtin_prefetch(&KVR_NODE(idx, c));
+        }
+        if (i + 2 < n) {
+            uint32_t c = hint[(i + 2) % STORE_RING];
+            if (c && kvr_ids_used(&idx->node_ids, c)) {
+                const kvr_node *nd = &KVR_NODE(idx, c);
+                __builtin_prefetch(kvr_child_home(idx, nd->tag));
+                if (kvr_ids_used(&idx->node_ids, nd->parent))
+                    __builtin_prefetch(&KVR_NODE(idx, nd->parent));
+            }
+        }
         uint32_t node = handle_get(idx, owner, engine_hashes[i]);
         uint32_t entry =
             node == KVR_HANDLE_NONE ? 0 : kvr_osets_find(&idx->sets, KVR_NODE(idx, node).set, owner);

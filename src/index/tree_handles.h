@@ -64,4 +64,20 @@ static inline void kvr_handles_prefetch(const kvr_handles *m, uint64_t key)
         __builtin_prefetch(&m->slots[kvr_fastrange(kvr_handle_fp(key), m->cap)]);
 }
 
+/* Node of the first slot whose fingerprint matches key (unconfirmed), 0 if
+ * none nearby: only a prefetch hint. */
+static inline uint32_t kvr_handles_peek(const kvr_handles *m, uint64_t key)
+{
+    if (!m->cap)
+        return 0;
+    uint32_t fp = kvr_handle_fp(key);
+    for (uint32_t i = kvr_fastrange(fp, m->cap), k = 0; k < 8; i = kvr_probe_next(i, m->cap), k++) {
+        if (!m->slots[i].node)
+            return 0;
+        if (m->slots[i].fp == fp)
+            return m->slots[i].node;
+    }
+    return 0;
+}
+
 #endif
