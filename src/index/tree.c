@@ -314,6 +314,7 @@ void kvr_index_destroy(kvr_index *idx)
     for (uint32_t i = 0; i < idx->n_owners; i++)
         kvr_handles_free(&idx->owners[i].handles);
     free(idx->owners);
+    free(idx->owner_keys);
     for (uint32_t c = 0; c < idx->n_chunks; c++)
         free(idx->chunks[c]);
     free(idx->chunks);
@@ -358,6 +359,10 @@ kvr_owner kvr_index_owner(kvr_index *idx, uint64_t worker_id, uint32_t dp_rank)
         if (!n)
             goto out;
         idx->owners = n;
+        kvr_owner_key *k = realloc(idx->owner_keys, (size_t)ncap * sizeof *k);
+        if (!k)
+            goto out;
+        idx->owner_keys = k;
         idx->owners_cap = ncap;
     }
     if (kvr_osets_reserve(&idx->sets, idx->n_owners + 1) < 0)
@@ -372,6 +377,7 @@ kvr_owner kvr_index_owner(kvr_index *idx, uint64_t worker_id, uint32_t dp_rank)
     r->worker_id = worker_id;
     r->dp_rank = dp_rank;
     r->next_rank = known ? (uint32_t)first : KVR_OWNER_NONE;
+    idx->owner_keys[id] = (kvr_owner_key){worker_id, dp_rank};
     kvr_handles_init(&r->handles);
     idx->n_owners++;
     o = id;
@@ -582,7 +588,7 @@ void kvr_index_stats_get(kvr_index *idx, kvr_index_stats *out)
     size_t bytes = sizeof *idx + (size_t)idx->n_chunks * KVR_NODE_CHUNK * sizeof(kvr_node) +
                    (size_t)idx->chunks_cap * sizeof(kvr_node *) +
                    kvr_ids_bytes(&idx->node_ids) + (size_t)idx->child_cap * sizeof(uint64_t) +
-                   kvr_osets_bytes(&idx->sets) + (size_t)idx->owners_cap * sizeof(kvr_owner_rec) +
+                   kvr_osets_bytes(&idx->sets) + (size_t)idx->owners_cap * (sizeof(kvr_owner_rec) + sizeof(kvr_owner_key)) +
                    kvr_u64map_bytes(&idx->by_worker) + kvr_u64map_bytes(&idx->exc) +
                    idx->stack_cap * sizeof(uint32_t);
     for (uint32_t i = 0; i < idx->n_owners; i++)

@@ -48,6 +48,13 @@ typedef struct {
     kvr_handles handles;
 } kvr_owner_rec;
 
+/* (worker, rank) by owner id, apart from the records: match results read
+ * it for every owner of the first block. */
+typedef struct {
+    uint64_t worker_id;
+    uint32_t dp_rank;
+} kvr_owner_key;
+
 struct kvr_index {
     pthread_rwlock_t lock;
     /* Matches blocked behind a writer. The lock prefers writers, so an
@@ -61,6 +68,7 @@ struct kvr_index {
     uint32_t child_cap, child_len;
     kvr_osets sets;
     kvr_owner_rec *owners;
+    kvr_owner_key *owner_keys; /* owners_cap entries */
     uint32_t n_owners, owners_cap;
     kvr_u64map by_worker; /* worker id -> first owner of it */
     kvr_u64map exc;       /* owner << 32 | node -> engine hash when != node->engine */

@@ -269,18 +269,33 @@ size_t kvr_index_match(kvr_index *idx, kvr_match_ctx *ctx, const uint64_t *local
         L = 1 + run;
     else if (run)
         apply_run(st, epoch, kvr_osets_get(&idx->sets, prev_set), explicit_depth + 1, run);
-    for (uint32_t k = 0; k < fs->len; k++) {
-        uint32_t owner = kvr_oset_owner(fe[k]);
-        owner_state imp;
-        const owner_state *s = &st[owner];
-        if (s->stamp != epoch) {
-            implicit(&imp, fe[k], L);
-            s = &imp;
+    /* One entry per first-block owner: with a fleet-wide prefix this loop
+     * is the floor of every match, so the common all-implicit case has its
+     * own branch-light loop. */
+    const kvr_owner_key *keys = idx->owner_keys;
+    kvr_match_entry *res = ctx->out;
+    if (!materialized) {
+        for (uint32_t k = 0; k < fs->len; k++) {
+            uint32_t t = fe[k], owner = kvr_oset_owner(t);
+            if (!(t & (T_G | T_C | T_D)))
+                continue;
+            res[found++] = (kvr_match_entry){owner, keys[owner].worker_id, keys[owner].dp_rank,
+                                             (t & T_G) ? L : 0, (t & (T_G | T_C)) ? L : 0, L};
         }
-        if (!s->d)
-            continue;
-        const kvr_owner_rec *r = &idx->owners[owner];
-        ctx->out[found++] = (kvr_match_entry){owner, r->worker_id, r->dp_rank, s->g, s->c, s->d};
+    } else {
+        for (uint32_t k = 0; k < fs->len; k++) {
+            uint32_t owner = kvr_oset_owner(fe[k]);
+            owner_state imp;
+            const owner_state *s = &st[owner];
+            if (s->stamp != epoch) {
+                implicit(&imp, fe[k], L);
+                s = &imp;
+            }
+            if (!s->d)
+                continue;
+            res[found++] = (kvr_match_entry){owner, keys[owner].worker_id, keys[owner].dp_rank,
+                                             s->g, s->c, s->d};
+        }
     }
 done:
     pthread_rwlock_unlock(&idx->lock);

@@ -290,9 +290,11 @@ static void *reader_main(void *p)
      * for as long as the writer ingests, so the rates overlap in time. */
     double t0 = now_s();
     bool any = false;
+    int pass = 0;
     do {
         size_t seen = 0;
-        for (size_t i = 0; i < a->s->n && !atomic_load(a->done); i++) {
+        /* the first pass always completes, so short streams still measure */
+        for (size_t i = 0; i < a->s->n && (pass == 0 || !atomic_load(a->done)); i++) {
             const kvr_bench_op *op = &a->s->ops[i];
             if (op->kind != KVR_BOP_MATCH || seen++ % a->step != a->first)
                 continue;
@@ -302,6 +304,7 @@ static void *reader_main(void *p)
             a->lat[a->nlat++ % a->cap] = now_s() - b;
             any = true;
         }
+        pass++;
     } while (any && !atomic_load(a->done));
     a->seconds = now_s() - t0;
     kvr_match_ctx_stats_get(ctx, &a->wait);
