@@ -68,9 +68,10 @@ static int resize(kvr_handles *m, uint32_t new_cap)
 
 int kvr_handles_add(kvr_handles *m, uint64_t key, uint32_t node)
 {
-    /* max load 4/5 */
-    if ((uint64_t)(m->len + 1) * 5 > (uint64_t)m->cap * 4 &&
-        resize(m, m->cap ? m->cap * 2 : MIN_CAP) < 0)
+    /* max load 85% and 1.5x growth: one entry per ownership, so the load
+     * factor is most of the index's bytes per ownership */
+    if ((uint64_t)(m->len + 1) * 20 > (uint64_t)m->cap * 17 &&
+        resize(m, m->cap ? m->cap + m->cap / 2 : MIN_CAP) < 0)
         return -1;
     place(m->slots, m->cap, (kvr_handle_slot){kvr_handle_fp(key), node});
     m->len++;
