@@ -40,27 +40,34 @@ static void base_config(kvr_sim_config *c, size_t engines)
     c->capacity = 4096;
 }
 
+/* Runs one policy over a mini trace on `engines` fresh engines. */
+static void run_mini(mini_trace *m, size_t engines, kvr_sim_policy p, uint32_t *choices,
+                     kvr_sim_result *r)
+{
+    kvr_sim_workload wl;
+    assert_int_equal(kvr_sim_workload_init(&wl, &m->trace, 0, 1), 0);
+    kvr_sim_config c;
+    base_config(&c, engines);
+    c.choices = choices;
+    char err[256];
+    assert_int_equal(kvr_sim_run(&c, &wl, p, r, err, sizeof err), 0);
+    kvr_sim_workload_free(&wl);
+}
+
 static void test_round_robin_cycles(void **state)
 {
     (void)state;
     mini_trace m;
     mini(&m, 10, NULL, NULL, 600, false);
-    kvr_sim_workload wl;
-    assert_int_equal(kvr_sim_workload_init(&wl, &m.trace, 0, 1), 0);
-    kvr_sim_config c;
-    base_config(&c, 4);
     uint32_t choices[10];
-    c.choices = choices;
     kvr_sim_result r;
-    char err[256];
-    assert_int_equal(kvr_sim_run(&c, &wl, KVR_SIM_ROUND_ROBIN, &r, err, sizeof err), 0);
+    run_mini(&m, 4, KVR_SIM_ROUND_ROBIN, choices, &r);
     for (uint32_t i = 0; i < 10; i++)
         assert_int_equal(choices[i], i % 4);
     assert_int_equal(r.requests, 10);
     /* 3,3,2,2 requests per worker: max/mean = 3 / 2.5 */
     assert_true(fabs(r.max_mean_requests - 1.2) < 1e-9);
     assert_true(fabs(r.max_mean_load - 1.2) < 1e-9); /* equal prompts: same work */
-    kvr_sim_workload_free(&wl);
     free(m.trace.reqs);
 }
 
@@ -73,22 +80,15 @@ static void test_least_loaded_picks_least_loaded(void **state)
     uint32_t osl[6] = {1000000, 1, 1000000, 1000000, 1000000, 1000000};
     mini_trace m;
     mini(&m, 6, t, osl, 600, false);
-    kvr_sim_workload wl;
-    assert_int_equal(kvr_sim_workload_init(&wl, &m.trace, 0, 1), 0);
-    kvr_sim_config c;
-    base_config(&c, 4);
     uint32_t choices[6];
-    c.choices = choices;
     kvr_sim_result r;
-    char err[256];
-    assert_int_equal(kvr_sim_run(&c, &wl, KVR_SIM_LEAST_LOADED, &r, err, sizeof err), 0);
+    run_mini(&m, 4, KVR_SIM_LEAST_LOADED, choices, &r);
     assert_int_equal(choices[0], 0);
     assert_int_equal(choices[1], 1);
     assert_int_equal(choices[2], 2);
     assert_int_equal(choices[3], 3);
     assert_int_equal(choices[4], 1);
     assert_int_not_equal(choices[5], 1); /* worker 1 is busy again: a tie among the others */
-    kvr_sim_workload_free(&wl);
     free(m.trace.reqs);
 }
 
@@ -97,17 +97,10 @@ static void test_random_is_seeded(void **state)
     (void)state;
     mini_trace m;
     mini(&m, 40, NULL, NULL, 600, false);
-    kvr_sim_workload wl;
-    assert_int_equal(kvr_sim_workload_init(&wl, &m.trace, 0, 1), 0);
-    kvr_sim_config c;
-    base_config(&c, 4);
     uint32_t a[40], b[40];
     kvr_sim_result r;
-    char err[256];
-    c.choices = a;
-    assert_int_equal(kvr_sim_run(&c, &wl, KVR_SIM_RANDOM, &r, err, sizeof err), 0);
-    c.choices = b;
-    assert_int_equal(kvr_sim_run(&c, &wl, KVR_SIM_RANDOM, &r, err, sizeof err), 0);
+    run_mini(&m, 4, KVR_SIM_RANDOM, a, &r);
+    run_mini(&m, 4, KVR_SIM_RANDOM, b, &r);
     assert_memory_equal(a, b, sizeof a);
     bool used[4] = {0};
     for (int i = 0; i < 40; i++) {
@@ -115,7 +108,6 @@ static void test_random_is_seeded(void **state)
         used[a[i]] = true;
     }
     assert_true(used[0] && used[1] && used[2] && used[3]);
-    kvr_sim_workload_free(&wl);
     free(m.trace.reqs);
 }
 
@@ -127,13 +119,8 @@ static void test_hit_and_ttft_accounting(void **state)
     (void)state;
     mini_trace m;
     mini(&m, 2, NULL, NULL, 1000, true);
-    kvr_sim_workload wl;
-    assert_int_equal(kvr_sim_workload_init(&wl, &m.trace, 0, 1), 0);
-    kvr_sim_config c;
-    base_config(&c, 1);
     kvr_sim_result r;
-    char err[256];
-    assert_int_equal(kvr_sim_run(&c, &wl, KVR_SIM_ROUND_ROBIN, &r, err, sizeof err), 0);
+    run_mini(&m, 1, KVR_SIM_ROUND_ROBIN, NULL, &r);
     assert_int_equal(r.prompt_tokens, 2000);
     assert_int_equal(r.reused_tokens, 992);
     assert_true(fabs(r.hit_rate - 0.496) < 1e-12);
@@ -141,7 +128,6 @@ static void test_hit_and_ttft_accounting(void **state)
     assert_true(fabs(r.ttft_p99_ms - 50.4) < 1e-6);
     assert_true(fabs(r.max_mean_load - 1.0) < 1e-12);
     assert_true(fabs(r.max_mean_requests - 1.0) < 1e-12);
-    kvr_sim_workload_free(&wl);
     free(m.trace.reqs);
 }
 
