@@ -81,7 +81,7 @@ kvr_sim_engine *kvr_sim_engine_create(const kvr_sim_engine_config *cfg, char *er
     if (cfg->zctx) {
         e->pub = kvr_sim_pub_create(cfg->zctx, cfg->pub_bind ? cfg->pub_bind : "tcp://127.0.0.1:*",
                                     cfg->replay_bind,
-                                    cfg->ring_capacity ? cfg->ring_capacity : 4096, err, errlen);
+                                    cfg->ring_capacity ? cfg->ring_capacity : 1024, err, errlen);
         if (!e->pub)
             goto fail;
     }

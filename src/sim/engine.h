@@ -28,7 +28,7 @@ typedef struct {
     void *zctx;
     const char *pub_bind;    /* e.g. "tcp://127.0.0.1:*" */
     const char *replay_bind; /* NULL = no replay socket */
-    size_t ring_capacity;    /* batches kept for replay (default 4096) */
+    size_t ring_capacity;    /* batches kept for replay (default 1024, and <= 16 MiB) */
 } kvr_sim_engine_config;
 
 typedef struct {

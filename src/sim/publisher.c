@@ -24,6 +24,7 @@ struct kvr_sim_pub {
     pthread_mutex_t mu; /* guards the ring: the replay thread reads it */
     ring_entry *ring;
     size_t ring_cap, ring_len, ring_head; /* head = oldest */
+    size_t ring_bytes;
 
     pthread_t thread;
     bool thread_started;
@@ -196,11 +197,15 @@ static void ring_push(kvr_sim_pub *p, uint64_t seq, const void *payload, size_t 
         return; /* the batch was published; only its replay is lost */
     memcpy(copy, payload, len);
     pthread_mutex_lock(&p->mu);
-    if (p->ring_len == p->ring_cap) {
+    /* Long prompts make batches of ~100 KB: bound the history by bytes too. */
+    while (p->ring_len > 0 &&
+           (p->ring_len == p->ring_cap || p->ring_bytes + len > KVR_SIM_PUB_RING_BYTES)) {
+        p->ring_bytes -= p->ring[p->ring_head].len;
         free(p->ring[p->ring_head].data);
         p->ring_head = (p->ring_head + 1) % p->ring_cap;
         p->ring_len--;
     }
+    p->ring_bytes += len;
     ring_entry *e = &p->ring[(p->ring_head + p->ring_len) % p->ring_cap];
     e->seq = seq;
     e->data = copy;

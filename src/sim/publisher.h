@@ -11,6 +11,10 @@
 
 typedef struct kvr_sim_pub kvr_sim_pub;
 
+/* Replay history kept per publisher, at most (the batch count is the
+ * ring_cap given at creation). */
+#define KVR_SIM_PUB_RING_BYTES (16u << 20)
+
 /* pub_bind / replay_bind: ZeroMQ endpoints, e.g. "tcp://127.0.0.1:*".
  * replay_bind NULL = no replay socket. ring_cap = batches kept for replay.
  * Returns NULL with a message in err on failure (e.g. port in use). */
