@@ -162,6 +162,9 @@ int kvr_cmd_bench(int argc, char **argv)
            " owners, %.1f MB, %.1f bytes/ownership, %.1f bytes/node\n",
            r.stats.nodes, r.stats.ownerships, r.stats.owners, (double)r.stats.bytes / 1048576.0,
            bpb, r.stats.nodes ? (double)r.stats.bytes / (double)r.stats.nodes : 0);
+    printf("churn       %" PRIu64 " block events; index bytes %" PRIu64 " before, %" PRIu64
+           " after clearing every owner\n",
+           r.event_blocks, r.bytes_baseline, r.bytes_after_clear);
     if (threads > 1)
         printf("concurrent  %d threads: %.0f events/s (writer), %.0f matches/s (%d readers), "
                "match p50 %.2f us p99 %.2f us, reader waits %" PRIu64

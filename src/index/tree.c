@@ -36,11 +36,14 @@ static int sync_nodes(kvr_index *idx)
     uint32_t keep = idx->node_ids.count <= 1 ? 1 : need + 1;
     while (idx->n_chunks > keep)
         free(idx->chunks[--idx->n_chunks]);
-    if (idx->chunks_cap > 8 && idx->n_chunks * 4 <= idx->chunks_cap) {
-        kvr_node **nc = realloc(idx->chunks, (size_t)(idx->chunks_cap / 2) * sizeof *nc);
+    uint32_t cap = idx->chunks_cap;
+    while (cap > 8 && idx->n_chunks * 4 <= cap)
+        cap /= 2;
+    if (cap != idx->chunks_cap) {
+        kvr_node **nc = realloc(idx->chunks, (size_t)cap * sizeof *nc);
         if (nc) {
             idx->chunks = nc;
-            idx->chunks_cap /= 2;
+            idx->chunks_cap = cap;
         }
     }
     return 0;
@@ -205,7 +208,7 @@ static void reclaim(kvr_index *idx, uint32_t top)
         }
         node_release(idx, x);
     }
-    if (idx->stack_cap > STACK_MIN * 16) {
+    if (idx->stack_cap > STACK_MIN) {
         uint32_t *ns = realloc(idx->stack, STACK_MIN * sizeof *ns);
         if (ns) {
             idx->stack = ns;

@@ -222,6 +222,9 @@ int kvr_bench_replay(const kvr_bench_stream *s, kvr_bench_result *r)
         goto out;
     r->events = r->matches = r->event_blocks = r->match_blocks = r->checksum = 0;
     r->parent_not_found = r->unknown_removes = 0;
+    kvr_index_stats base;
+    kvr_index_stats_get(idx, &base);
+    r->bytes_baseline = base.bytes;
     double t0 = now_s(), c0 = cpu_s();
     for (size_t i = 0; i < s->n; i++) {
         const kvr_bench_op *op = &s->ops[i];
@@ -258,6 +261,13 @@ int kvr_bench_replay(const kvr_bench_stream *s, kvr_bench_result *r)
     }
     r->short_p50_us = percentile(lat, ns, 0.50) * 1e6;
     r->short_p99_us = percentile(lat, ns, 0.99) * 1e6;
+    /* memory must return to the baseline once every owner is gone */
+    for (size_t i = 0; i < s->n; i++)
+        if (owners[i] != KVR_OWNER_NONE)
+            kvr_index_clear_owner(idx, owners[i]);
+    kvr_index_stats end;
+    kvr_index_stats_get(idx, &end);
+    r->bytes_after_clear = end.bytes;
     rc = 0;
 out:
     free(lat);

@@ -66,6 +66,8 @@ typedef struct {
     double short_p50_us, short_p99_us;
     uint64_t checksum; /* sum of gpu_blocks over all match entries, mod 2^64 */
     kvr_index_stats stats;
+    uint64_t bytes_baseline;    /* index bytes with the owners created, before any event */
+    uint64_t bytes_after_clear; /* after the replay and clearing every owner */
     /* concurrent replay (threads > 1): one writer, threads-1 readers */
     int threads;
     double conc_seconds, conc_events_per_s, conc_matches_per_s;

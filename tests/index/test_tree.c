@@ -244,6 +244,23 @@ static void test_subtree_reclaim_and_memory_baseline(void **state)
     kvr_index_stats_get(f->idx, &st);
     assert_int_equal(st.nodes, 0);
     assert_int_equal(st.bytes, base.bytes);
+    /* large enough to grow every structure many times (100k nodes) */
+    static uint64_t e[1000], l[1000];
+    for (uint64_t c = 0; c < 100; c++) {
+        for (int i = 0; i < 1000; i++) {
+            e[i] = (c + 1) * 1000000 + (uint64_t)i;
+            l[i] = (c + 1) * 7000000 + (uint64_t)i;
+        }
+        assert_int_equal(kvr_index_store(f->idx, c % 2 ? f->a : f->b, G, false, 0, e, l, 1000),
+                         KVR_DROP_NONE);
+    }
+    kvr_index_stats_get(f->idx, &st);
+    assert_int_equal(st.nodes, 100000);
+    kvr_index_clear_owner(f->idx, f->a);
+    kvr_index_clear_owner(f->idx, f->b);
+    kvr_index_stats_get(f->idx, &st);
+    assert_int_equal(st.nodes, 0);
+    assert_int_equal(st.bytes, base.bytes);
 }
 
 static void test_clear_owner(void **state)

@@ -80,6 +80,10 @@ static void test_checksum_matches_reference_through_file(void **state)
     assert_int_equal(r.events, stores + removes);
     assert_int_equal(r.parent_not_found, 0);
     assert_true(r.checksum > 0);
+    /* thousands of stores and evictions, then every owner cleared: the
+     * index is back to its size before the first event */
+    assert_true(r.event_blocks > 10000);
+    assert_int_equal(r.bytes_after_clear, r.bytes_baseline);
 
     char path[] = "/tmp/kvr_bench_XXXXXX";
     int fd = mkstemp(path);
