@@ -90,4 +90,7 @@ load max/mean: prefill tokens each worker computed (max over mean); requests max
 TTFT: virtual-time queueing + prefill of uncached tokens (20000 tokens/s per worker).
 oracle: unbounded caches, always the longest cached prefix: the hit-rate ceiling; it ignores load.
 chart: $svg
+kvrouter ran with its default cost settings. To weigh cache affinity more:
+  DEMO_ARGS="--route-opt prefill_load_scale=64 --route-opt overlap_score_credit=8" \\
+  DEMO_SERVE_ARGS="--router-opt cpu_hit_weight=8" make demo
 EOF

@@ -2,7 +2,15 @@
  * router, each request routed by POST /route, and the router's view kept in
  * step with the engines: after a request's events are published the
  * simulator polls GET /workers until the router reports that engine's
- * sequence number as applied, before it routes the next request. */
+ * sequence number as applied, before it routes the next request.
+ *
+ * Cost of that barrier (demo fleet, 1500 requests, 2 shared cores): about
+ * 4 ms per request, 1.5 polls on average, most of it building the /workers
+ * reply; it is 40% of the kvrouter run's wall time. With --sync-every 8 it
+ * drops to 0.6 ms/request and the router's predicted overlap still equals
+ * the engines' own (events apply in well under a millisecond, before the
+ * next /route arrives), but only the per-request barrier guarantees that no
+ * decision ever sees stale state, so it is the default. */
 #ifndef KVR_SIM_KVROUTER_POLICY_H
 #define KVR_SIM_KVROUTER_POLICY_H
 
