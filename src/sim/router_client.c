@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -193,13 +194,15 @@ int kvr_sim_router_spawn(const char *exe, uint64_t rng_seed, char *const *router
         return -1;
     }
     if (pid == 0) {
-        /* The router's logs go to stderr; keep stdout for the sim's table. */
+        /* The router's logs go to stderr; keep stdout for the sim's table. A
+         * sim that dies without cleaning up takes its router with it. */
         dup2(STDERR_FILENO, STDOUT_FILENO);
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
         char **argv = calloc(6 + 2 * n_opts + 1, sizeof *argv);
         if (!argv)
             _exit(127);
         size_t k = 0;
-        argv[k++] = (char *)exe;
+        argv[k++] = "kvrouter"; /* for ps: exe may be /proc/self/exe */
         argv[k++] = "serve";
         argv[k++] = "--listen";
         argv[k++] = listen;
