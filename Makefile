@@ -33,7 +33,7 @@ asan-test: deps
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
 demo: deps build
-	./scripts/demo.sh
+	BUILD=$(BUILD) ./scripts/demo.sh
 
 bench: deps build
 	./$(BUILD)/kvrouter bench --trace data/conversation_trace.jsonl --workers 1000
