@@ -138,8 +138,8 @@ static void materialize(owner_state *st, uint32_t epoch, const uint32_t *fe, uin
     }
 }
 
-#define AHEAD 16
-#define RING 32 /* power of two > AHEAD */
+#define AHEAD 32
+#define RING 64 /* power of two > AHEAD */
 
 /* Prefetches the node the first slot carrying tag points at (the slot
  * itself was prefetched earlier). */
