@@ -10,7 +10,6 @@
 #include "kvrouter/route.h"
 #include "server/api.h"
 #include "server/json_util.h"
-#include "server/route_body.h"
 #include "server/scores_json.h"
 
 typedef struct {
@@ -115,47 +114,40 @@ static bool parse_items(json_t *arr, parsed *p, kvr_api_reply *reply)
     return true;
 }
 
-static bool parse_tokens_json(json_t *body, parsed *p, kvr_api_reply *reply)
+static bool parse_tokens(const kvr_json_body *b, parsed *p, kvr_api_reply *reply)
 {
-    json_t *arr = json_object_get(body, "token_ids");
-    if (!json_is_array(arr) || json_array_size(arr) == 0) {
+    size_t n, bad;
+    switch (kvr_json_body_u32(b, "token_ids", KVR_ROUTE_MAX_TOKENS, &p->tokens, &n, &bad)) {
+    case KVR_JSON_VEC_OK:
+        if (n > 0)
+            break;
+        /* fall through */
+    case KVR_JSON_VEC_ABSENT:
+    case KVR_JSON_VEC_NOT_ARRAY:
         kvr_api_error(reply, 400, "field 'token_ids' must be a non-empty array of u32");
         return false;
-    }
-    size_t n = json_array_size(arr);
-    if (n > KVR_ROUTE_MAX_TOKENS) {
+    case KVR_JSON_VEC_TOO_LONG:
         kvr_api_error(reply, 400, "field 'token_ids' has more than %u tokens",
                       KVR_ROUTE_MAX_TOKENS);
         return false;
-    }
-    p->tokens = malloc(n * sizeof *p->tokens);
-    if (!p->tokens) {
+    case KVR_JSON_VEC_BAD_ELEM:
+        kvr_api_error(reply, 400, "field 'token_ids[%zu]' must be an integer in [0, 2^32)", bad);
+        return false;
+    case KVR_JSON_VEC_NOMEM:
         kvr_api_error(reply, 500, "out of memory");
         return false;
     }
-    for (size_t i = 0; i < n; i++) {
-        json_t *t = json_array_get(arr, i);
-        json_int_t v = json_is_integer(t) ? json_integer_value(t) : -1;
-        if (v < 0 || v > (json_int_t)UINT32_MAX) {
-            kvr_api_error(reply, 400, "field 'token_ids[%zu]' must be an integer in [0, 2^32)", i);
-            return false;
-        }
-        p->tokens[i] = (uint32_t)v;
-    }
+    p->q.token_ids = p->tokens;
     p->q.n_tokens = n;
     return true;
 }
 
-/* The /query fields, shared by /route. fast: token_ids already scanned by
- * kvr_route_body_parse (its array in body is then empty), or NULL. */
-static bool parse_query(json_t *body, kvr_route_body *fast, parsed *p, kvr_api_reply *reply)
+/* The /query fields, shared by /route. */
+static bool parse_query(const kvr_json_body *b, parsed *p, kvr_api_reply *reply)
 {
     kvr_json_err e = {{0}};
+    json_t *body = b->root;
     memset(p, 0, sizeof *p);
-    if (!json_is_object(body)) {
-        kvr_api_error(reply, 400, "body must be a JSON object");
-        return false;
-    }
     if (!kvr_json_get_str(body, "model_name", true, true, KVR_NAME_MAX, &p->q.model_name, &e) ||
         !kvr_json_get_str(body, "routing_group", false, true, KVR_NAME_MAX, &p->q.routing_group,
                           &e) ||
@@ -164,18 +156,8 @@ static bool parse_query(json_t *body, kvr_route_body *fast, parsed *p, kvr_api_r
         kvr_api_error(reply, 400, "%s", e.msg);
         return false;
     }
-    if (fast && fast->tokens) {
-        if (fast->n_tokens == 0) {
-            kvr_api_error(reply, 400, "field 'token_ids' must be a non-empty array of u32");
-            return false;
-        }
-        p->tokens = fast->tokens; /* ownership moves */
-        p->q.n_tokens = fast->n_tokens;
-        fast->tokens = NULL;
-        fast->n_tokens = 0;
-    } else if (!parse_tokens_json(body, p, reply))
+    if (!parse_tokens(b, p, reply))
         return false;
-    p->q.token_ids = p->tokens;
     json_t *items = json_object_get(body, "mm_items");
     if (items && !json_is_null(items) && !parse_items(items, p, reply))
         return false;
@@ -187,11 +169,10 @@ static void route_error(kvr_api_reply *reply, kvr_route_status st, const char *m
     kvr_api_error(reply, kvr_route_status_http(st), "%s", msg);
 }
 
-static void query_common(kvr_server *srv, json_t *body, kvr_route_body *fast,
-                         kvr_api_reply *reply)
+static void query_common(kvr_server *srv, const kvr_json_body *b, kvr_api_reply *reply)
 {
     parsed p;
-    if (!parse_query(body, fast, &p, reply)) {
+    if (!parse_query(b, &p, reply)) {
         parsed_free(&p);
         return;
     }
@@ -235,10 +216,11 @@ static bool get_number(json_t *body, const char *key, bool *has, double *out, kv
     return true;
 }
 
-static bool parse_route(json_t *body, kvr_route_body *fast, parsed *p, kvr_route_request *rq,
+static bool parse_route(const kvr_json_body *b, parsed *p, kvr_route_request *rq,
                         kvr_api_reply *reply)
 {
-    if (!parse_query(body, fast, p, reply))
+    json_t *body = b->root;
+    if (!parse_query(b, p, reply))
         return false;
     memset(rq, 0, sizeof *rq);
     rq->q = p->q;
@@ -335,12 +317,11 @@ static json_t *decision_json(const kvr_route_request *rq, const kvr_route_decisi
     return o;
 }
 
-static void route_common(kvr_server *srv, json_t *body, kvr_route_body *fast,
-                         kvr_api_reply *reply)
+static void route_common(kvr_server *srv, const kvr_json_body *b, kvr_api_reply *reply)
 {
     parsed p;
     kvr_route_request rq;
-    if (!parse_route(body, fast, &p, &rq, reply)) {
+    if (!parse_route(b, &p, &rq, reply)) {
         parsed_free(&p);
         return;
     }
@@ -361,37 +342,30 @@ static void route_common(kvr_server *srv, json_t *body, kvr_route_body *fast,
     parsed_free(&p);
 }
 
-void kvr_api_query(kvr_server *srv, json_t *body, kvr_api_reply *reply)
-{
-    query_common(srv, body, NULL, reply);
-}
+/* token_ids: a u32 vector, no json_t per token. mm_hash: u64 identities
+ * above INT64_MAX as plain JSON numbers (jansson refuses them) arrive as the
+ * same-bits int64, which parse_mm_hash reads back as u64. */
+static const char *const vec_keys[] = {"token_ids", NULL};
+static const kvr_json_body_opts body_opts = {vec_keys, "mm_hash"};
 
-void kvr_api_route(kvr_server *srv, json_t *body, kvr_api_reply *reply)
+static void body_call(kvr_server *srv, const char *buf, size_t len, kvr_api_reply *reply,
+                      void (*fn)(kvr_server *, const kvr_json_body *, kvr_api_reply *))
 {
-    route_common(srv, body, NULL, reply);
-}
-
-static void raw_call(kvr_server *srv, const char *buf, size_t len, kvr_api_reply *reply,
-                     void (*fn)(kvr_server *, json_t *, kvr_route_body *, kvr_api_reply *))
-{
-    kvr_route_body fb;
-    if (kvr_route_body_parse(buf ? buf : "", buf ? len : 0, KVR_ROUTE_MAX_TOKENS, &fb) < 0) {
-        kvr_api_error(reply, fb.status, "%s", fb.error);
+    kvr_json_body b;
+    if (!kvr_api_parse_body(buf, len, &body_opts, &b, reply))
         return;
-    }
-    reply->status = 200;
-    fn(srv, fb.rest, &fb, reply);
-    kvr_route_body_free(&fb);
+    fn(srv, &b, reply);
+    kvr_json_body_free(&b);
 }
 
 void kvr_api_query_raw(kvr_server *srv, const char *body, size_t len, kvr_api_reply *reply)
 {
-    raw_call(srv, body, len, reply, query_common);
+    body_call(srv, body, len, reply, query_common);
 }
 
 void kvr_api_route_raw(kvr_server *srv, const char *body, size_t len, kvr_api_reply *reply)
 {
-    raw_call(srv, body, len, reply, route_common);
+    body_call(srv, body, len, reply, route_common);
 }
 
 static void booking_call(kvr_server *srv, json_t *body, kvr_api_reply *reply, bool release)

@@ -39,6 +39,24 @@ void kvr_api_error(kvr_api_reply *reply, int status, const char *fmt, ...)
     reply->body = json_pack("{s:s}", "error", msg);
 }
 
+bool kvr_api_parse_body(const char *buf, size_t len, const kvr_json_body_opts *opts,
+                        kvr_json_body *out, kvr_api_reply *reply)
+{
+    json_error_t jerr;
+    if (kvr_json_body_parse(buf ? buf : "", buf ? len : 0, JSON_REJECT_DUPLICATES, opts, out,
+                            &jerr) < 0) {
+        kvr_api_error(reply, 400, "malformed JSON body: %s (line %d, column %d)", jerr.text,
+                      jerr.line, jerr.column);
+        return false;
+    }
+    if (!json_is_object(out->root)) {
+        kvr_json_body_free(out);
+        kvr_api_error(reply, 400, "request body must be a JSON object");
+        return false;
+    }
+    return true;
+}
+
 static kvr_endpoint *add_endpoint(kvr_server *srv, const char *method, const char *path,
                                   kvr_api_fn fn)
 {
@@ -54,10 +72,10 @@ void kvr_http_init_endpoints(kvr_server *srv)
     add_endpoint(srv, "POST", "/register", kvr_api_register);
     add_endpoint(srv, "POST", "/unregister", kvr_api_unregister);
     add_endpoint(srv, "GET", "/workers", kvr_api_workers);
-    /* /query and /route scan token_ids straight from the text (api_route.c). */
-    add_endpoint(srv, "POST", "/query", kvr_api_query)->raw = kvr_api_query_raw;
+    /* /query and /route parse their own bodies (api_route.c). */
+    add_endpoint(srv, "POST", "/query", NULL)->raw = kvr_api_query_raw;
     add_endpoint(srv, "POST", "/query_by_hash", kvr_api_query_by_hash);
-    add_endpoint(srv, "POST", "/route", kvr_api_route)->raw = kvr_api_route_raw;
+    add_endpoint(srv, "POST", "/route", NULL)->raw = kvr_api_route_raw;
     add_endpoint(srv, "POST", "/prefill_done", kvr_api_prefill_done);
     add_endpoint(srv, "POST", "/free", kvr_api_free);
     add_endpoint(srv, "GET", "/dump", kvr_api_dump);
@@ -146,21 +164,13 @@ static void dispatch(kvr_server *srv, struct MHD_Connection *conn, const char *u
         kvr_api_error(reply, 501, "%s is not built into this server", url);
     } else if (match->raw) {
         reply->status = 200;
-        match->raw(srv, rc->buf ? rc->buf : "", rc->len, reply);
+        match->raw(srv, rc->buf, rc->len, reply);
     } else {
         json_t *body = NULL;
         if (strcmp(method, "POST") == 0) {
-            json_error_t jerr;
-            body = kvr_json_load_body(rc->buf ? rc->buf : "", rc->len, JSON_REJECT_DUPLICATES,
-                                      &jerr);
-            if (!body) {
-                kvr_api_error(reply, 400, "malformed JSON body: %s (line %d, column %d)",
-                              jerr.text, jerr.line, jerr.column);
-            } else if (!json_is_object(body)) {
-                kvr_api_error(reply, 400, "request body must be a JSON object");
-                json_decref(body);
-                body = NULL;
-            }
+            kvr_json_body jb;
+            if (kvr_api_parse_body(rc->buf, rc->len, NULL, &jb, reply))
+                body = jb.root; /* a plain tree holds nothing else */
         } else {
             /* GET handlers take their query arguments as a flat object. */
             body = json_object();

@@ -1,13 +1,63 @@
 /* Request bodies to jansson trees, fast for long integer arrays (see
- * json_body.c for why). */
+ * json_body.c for why). Two uses of one scanner: a tree with the arrays
+ * spliced back (kvr_json_load_body), or, for hot handlers, chosen top-level
+ * arrays handed out as integer vectors without any json_t per element. */
 #ifndef KVR_SERVER_JSON_BODY_H
 #define KVR_SERVER_JSON_BODY_H
 
 #include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
 
 /* Same result and errors as json_loadb(buf, len, flags, err). */
 json_t *kvr_json_load_body(const char *buf, size_t len, size_t flags, json_error_t *err);
-/* A JSON array of integers; NULL on out of memory. */
-json_t *kvr_json_int_array(const json_int_t *v, size_t n);
+
+typedef struct {
+    /* Top-level members (NULL-terminated) that stay out of the tree when
+     * they are long arrays of plain integers; read them with
+     * kvr_json_body_u32 / kvr_json_body_ints. */
+    const char *const *vec_keys;
+    /* Members of this name whose value is a plain integer above INT64_MAX
+     * (a u64 identity, which jansson refuses) read as the int64 with the
+     * same bits. NULL: none. */
+    const char *u64_key;
+} kvr_json_body_opts;
+
+typedef struct {
+    const char *key; /* the caller's vec_keys string */
+    size_t first, n; /* vals[first .. first+n) */
+} kvr_json_vec;
+
+typedef struct {
+    json_t *root;
+    kvr_json_vec *vecs; /* the vec_keys members kept out of root */
+    size_t n_vecs;
+    json_int_t *vals;
+} kvr_json_body;
+
+/* json_loadb(buf, len, flags, err) with opts (NULL: none). 0 on success
+ * (free with kvr_json_body_free), -1 with err as json_loadb sets it. */
+int kvr_json_body_parse(const char *buf, size_t len, size_t flags, const kvr_json_body_opts *opts,
+                        kvr_json_body *out, json_error_t *err);
+void kvr_json_body_free(kvr_json_body *b);
+
+/* The values of top-level member key when it was kept out of root; NULL
+ * when it was not (absent, short, not plain integers: then root has it). */
+const json_int_t *kvr_json_body_ints(const kvr_json_body *b, const char *key, size_t *n);
+
+typedef enum {
+    KVR_JSON_VEC_OK,
+    KVR_JSON_VEC_ABSENT,    /* missing or null */
+    KVR_JSON_VEC_NOT_ARRAY,
+    KVR_JSON_VEC_TOO_LONG,  /* more than max_n elements */
+    KVR_JSON_VEC_BAD_ELEM,  /* *bad: index of the first element not in [0, 2^32) */
+    KVR_JSON_VEC_NOMEM,
+} kvr_json_vec_status;
+
+/* Top-level member key as a u32 array, wherever it ended up (a kept vector
+ * or the tree), so handlers have one path. On OK *out is malloc'd (also
+ * for an empty array) and *n set. */
+kvr_json_vec_status kvr_json_body_u32(const kvr_json_body *b, const char *key, size_t max_n,
+                                      uint32_t **out, size_t *n, size_t *bad);
 
 #endif

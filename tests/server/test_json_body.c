@@ -1,29 +1,65 @@
-/* kvr_json_load_body must give exactly what json_loadb gives: same tree,
- * same failures with the same error text. */
+/* Request body parsing (json_body.h): kvr_json_load_body gives exactly
+ * what json_loadb gives (same tree, same failures with the same error
+ * text); with vec_keys the same tree minus the kept arrays, which read back
+ * as the same integers; the /query and /route handlers built on it name the
+ * bad token by index whichever way token_ids was parsed. */
 #include "test_support.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvrouter/route.h"
+#include "kvrouter/server.h"
+#include "server/api.h"
 #include "server/json_body.h"
+
+static const char *const vec_keys[] = {"k", "token_ids", "a", NULL};
+static const kvr_json_body_opts vec_opts = {vec_keys, NULL};
+
+/* The kept vectors put back as arrays: must equal the jansson tree. */
+static json_t *with_vecs_back(kvr_json_body *b)
+{
+    json_t *t = json_deep_copy(b->root);
+    for (size_t i = 0; i < b->n_vecs; i++) {
+        size_t n;
+        const json_int_t *v = kvr_json_body_ints(b, b->vecs[i].key, &n);
+        assert_non_null(v);
+        assert_null(json_object_get(t, b->vecs[i].key));
+        json_t *a = json_array();
+        for (size_t k = 0; k < n; k++)
+            json_array_append_new(a, json_integer(v[k]));
+        json_object_set_new(t, b->vecs[i].key, a);
+    }
+    return t;
+}
 
 static void same_as_jansson(const char *doc)
 {
-    json_error_t e1, e2;
+    json_error_t e1, e2, e3;
     json_t *a = json_loadb(doc, strlen(doc), JSON_REJECT_DUPLICATES, &e1);
     json_t *b = kvr_json_load_body(doc, strlen(doc), JSON_REJECT_DUPLICATES, &e2);
+    kvr_json_body vb;
+    int rc = kvr_json_body_parse(doc, strlen(doc), JSON_REJECT_DUPLICATES, &vec_opts, &vb, &e3);
     if (!a) {
         assert_null(b);
+        assert_int_equal(rc, -1);
+        assert_null(vb.root);
         assert_string_equal(e1.text, e2.text);
         assert_int_equal(e1.position, e2.position);
+        assert_string_equal(e1.text, e3.text);
+        assert_int_equal(e1.position, e3.position);
         return;
     }
     assert_non_null(b);
-    if (!json_equal(a, b))
+    assert_int_equal(rc, 0);
+    json_t *c = with_vecs_back(&vb);
+    if (!json_equal(a, b) || !json_equal(a, c))
         fail_msg("differs for %.200s", doc);
     json_decref(a);
     json_decref(b);
+    json_decref(c);
+    kvr_json_body_free(&vb);
 }
 
 static char *int_list(int n, long long base, const char *sep)
@@ -110,11 +146,245 @@ static void test_mutations_equal(void **state)
     free(neg);
 }
 
+/* body: "{...%s...}" with %s the token_ids array text. */
+static void parse_vec(const char *fmt, const char *arr, kvr_json_body *b)
+{
+    char doc[8192];
+    snprintf(doc, sizeof doc, fmt, arr);
+    json_error_t e;
+    if (kvr_json_body_parse(doc, strlen(doc), JSON_REJECT_DUPLICATES, &vec_opts, b, &e) != 0)
+        fail_msg("%s: %s", doc, e.text);
+}
+
+static void test_vec_keys_only_top_level(void **state)
+{
+    (void)state;
+    char *l = int_list(40, 3, ",");
+    char fmt[1024];
+    /* token_ids kept; the same key nested and a long array under another key
+     * go back into the tree; the escaped spelling of the key is the key. */
+    snprintf(fmt, sizeof fmt,
+             "{\"model_name\":\"m\",\"x\":{\"token_ids\":[%s]},\"other\":[%s],"
+             "\"token\\u005fids\":%%s}",
+             l, l);
+    kvr_json_body b;
+    char arr[1024];
+    snprintf(arr, sizeof arr, "[%s]", l);
+    parse_vec(fmt, arr, &b);
+    assert_int_equal(b.n_vecs, 1);
+    size_t n;
+    const json_int_t *v = kvr_json_body_ints(&b, "token_ids", &n);
+    assert_non_null(v);
+    assert_int_equal(n, 40);
+    assert_int_equal(v[39], 3 + 39 * 7919);
+    assert_null(json_object_get(b.root, "token_ids"));
+    assert_int_equal(json_array_size(json_object_get(json_object_get(b.root, "x"), "token_ids")),
+                     40);
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(b.root, "other"), 39)),
+                     3 + 39 * 7919);
+    assert_string_equal(json_string_value(json_object_get(b.root, "model_name")), "m");
+    assert_null(kvr_json_body_ints(&b, "other", &n));
+    kvr_json_body_free(&b);
+    free(l);
+}
+
+/* The u32 view is the same whether the scanner kept the array (long, plain
+ * integers) or jansson parsed it (short, or anything unusual). */
+static void expect_u32(const char *arr, kvr_json_vec_status want, size_t want_n, size_t want_bad)
+{
+    kvr_json_body b;
+    parse_vec("{\"model_name\":\"m\",\"token_ids\":%s}", arr, &b);
+    uint32_t *t;
+    size_t n, bad;
+    kvr_json_vec_status st = kvr_json_body_u32(&b, "token_ids", 100, &t, &n, &bad);
+    if (st != want || (st == KVR_JSON_VEC_OK && n != want_n) ||
+        (st == KVR_JSON_VEC_BAD_ELEM && bad != want_bad))
+        fail_msg("%.80s: status %d n %zu bad %zu", arr, (int)st, n, bad);
+    for (size_t i = 0; st == KVR_JSON_VEC_OK && i < n; i++)
+        assert_int_equal(t[i], i == 1 ? 4294967295u : i * 3);
+    free(t);
+    kvr_json_body_free(&b);
+}
+
+/* An array of n elements i * 3 (element 1: 2^32 - 1) with element bad_at
+ * replaced by bad. */
+static void tokens(char *out, size_t cap, size_t n, size_t bad_at, const char *bad)
+{
+    size_t o = (size_t)snprintf(out, cap, "[");
+    for (size_t i = 0; i < n; i++) {
+        if (i == bad_at)
+            o += (size_t)snprintf(out + o, cap - o, "%s%s", i ? "," : "", bad);
+        else if (i == 1)
+            o += (size_t)snprintf(out + o, cap - o, ",4294967295");
+        else
+            o += (size_t)snprintf(out + o, cap - o, "%s%zu", i ? "," : "", i * 3);
+    }
+    snprintf(out + o, cap - o, "]");
+}
+
+static void test_u32_view_same_either_way(void **state)
+{
+    (void)state;
+    char arr[4096];
+    for (size_t n = 5; n <= 60; n += 55) { /* 5: jansson's tree, 60: kept */
+        tokens(arr, sizeof arr, n, SIZE_MAX, NULL);
+        expect_u32(arr, KVR_JSON_VEC_OK, n, 0);
+        const char *bad[] = {"-1", "4294967296", "9223372036854775807", "-9223372036854775808",
+                             "\"7\"", "null", "1.5", "2e3", "[1]"};
+        for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+            tokens(arr, sizeof arr, n, n - 2, bad[k]);
+            expect_u32(arr, KVR_JSON_VEC_BAD_ELEM, 0, n - 2);
+        }
+    }
+    tokens(arr, sizeof arr, 101, SIZE_MAX, NULL);
+    expect_u32(arr, KVR_JSON_VEC_TOO_LONG, 0, 0);
+    expect_u32("[]", KVR_JSON_VEC_OK, 0, 0);
+    expect_u32("null", KVR_JSON_VEC_ABSENT, 0, 0);
+    expect_u32("{}", KVR_JSON_VEC_NOT_ARRAY, 0, 0);
+    expect_u32("\"[1,2]\"", KVR_JSON_VEC_NOT_ARRAY, 0, 0);
+}
+
+static void test_u64_key_above_int64(void **state)
+{
+    (void)state;
+    /* jansson refuses integers above INT64_MAX; members named u64_key hand
+     * them on as the int64 with the same bits. */
+    static const kvr_json_body_opts opts = {NULL, "mm_hash"};
+    const char *body = "{\"mm_items\":[{\"start\":0,\"end\":1,\"mm_hash\" : 18446744073709551615},"
+                       "{\"mm_hash\":9223372036854775808},{\"mm_hash\":5},{\"mm_hash\":0}],"
+                       "\"note\":\"mm_hash\",\"x\":18446744073709551615}";
+    kvr_json_body b;
+    json_error_t e;
+    /* Only mm_hash values: the big "x" still fails as in jansson. */
+    assert_int_equal(kvr_json_body_parse(body, strlen(body), 0, &opts, &b, &e), -1);
+    assert_non_null(strstr(e.text, "too big"));
+    char ok[512];
+    snprintf(ok, sizeof ok, "%.*s}", (int)(strstr(body, ",\"x\"") - body), body);
+    assert_int_equal(kvr_json_body_parse(ok, strlen(ok), 0, &opts, &b, &e), 0);
+    json_t *items = json_object_get(b.root, "mm_items");
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(items, 0), "mm_hash")), -1);
+    assert_true((uint64_t)json_integer_value(json_object_get(json_array_get(items, 1), "mm_hash")) ==
+                9223372036854775808ull);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(items, 2), "mm_hash")), 5);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(items, 3), "mm_hash")), 0);
+    assert_string_equal(json_string_value(json_object_get(b.root, "note")), "mm_hash");
+    kvr_json_body_free(&b);
+    /* Beyond u64, a leading zero, a fraction, or no option: jansson decides. */
+    const char *fail[] = {"{\"mm_hash\":18446744073709551616}", "{\"mm_hash\":018446744073709551615}",
+                          "{\"mm_hash\":-18446744073709551615}"};
+    for (size_t i = 0; i < sizeof fail / sizeof *fail; i++)
+        assert_int_equal(kvr_json_body_parse(fail[i], strlen(fail[i]), 0, &opts, &b, &e), -1);
+    const char *real = "{\"mm_hash\":18446744073709551615.5}";
+    assert_int_equal(kvr_json_body_parse(real, strlen(real), 0, &opts, &b, &e), 0);
+    assert_true(json_real_value(json_object_get(b.root, "mm_hash")) > 1.8e19);
+    kvr_json_body_free(&b);
+    assert_null(kvr_json_load_body(ok, strlen(ok), 0, &e));
+}
+
+static kvr_server *one_worker_server(void)
+{
+    kvr_server_config cfg;
+    kvr_server_config_default(&cfg);
+    cfg.port = 0;
+    char err[256];
+    kvr_server *srv = kvr_server_start(&cfg, err, sizeof err);
+    assert_non_null(srv);
+    assert_int_equal(kvr_server_register_json(srv,
+                                              "{\"instance_id\": 1, \"endpoint\": "
+                                              "\"tcp://127.0.0.1:1\", \"model_name\": \"m\", "
+                                              "\"block_size\": 2}",
+                                              err, sizeof err),
+                     201);
+    return srv;
+}
+
+static void expect_query(kvr_server *srv, const char *body, int status, const char *needle)
+{
+    kvr_api_reply r = {0};
+    r.status = 200;
+    kvr_api_query_raw(srv, body, strlen(body), &r);
+    const char *err = json_string_value(json_object_get(r.body, "error"));
+    if (r.status != status || (needle && (!err || !strstr(err, needle))))
+        fail_msg("%.120s: status %d error '%s' (want %d '%s')", body, r.status, err ? err : "",
+                 status, needle ? needle : "");
+    json_decref(r.body);
+}
+
+static void test_query_handler_names_bad_token(void **state)
+{
+    (void)state;
+    kvr_server *srv = one_worker_server();
+    char arr[4096], body[4200];
+    for (size_t n = 5; n <= 60; n += 55) {
+        tokens(arr, sizeof arr, n, SIZE_MAX, NULL);
+        snprintf(body, sizeof body, "{\"model_name\":\"m\",\"token_ids\":%s}", arr);
+        expect_query(srv, body, 200, NULL);
+        const char *bad[] = {"-2", "4294967296", "3.5", "\"2\"", "1e3"};
+        for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+            tokens(arr, sizeof arr, n, 3, bad[k]);
+            snprintf(body, sizeof body, "{\"model_name\":\"m\",\"token_ids\":%s}", arr);
+            expect_query(srv, body, 400, "token_ids[3]");
+        }
+    }
+    expect_query(srv, "{\"model_name\":\"m\",\"token_ids\":[]}", 400, "'token_ids' must be");
+    expect_query(srv, "{\"model_name\":\"m\",\"token_ids\":\"abc\"}", 400, "'token_ids' must be");
+    expect_query(srv, "{\"model_name\":\"m\"}", 400, "'token_ids' must be");
+    expect_query(srv, "{\"model_name\":7,\"token_ids\":[1]}", 400, "model_name");
+    expect_query(srv, "{\"model_name\":\"nope\",\"token_ids\":[1]}", 404, "model_name");
+    /* Beyond int64 jansson refuses the body (not named by index). */
+    expect_query(srv, "{\"model_name\":\"m\",\"token_ids\":[99999999999999999999999]}", 400,
+                 "too big integer");
+    const char *malformed[] = {"{\"model_name\":\"m\",\"token_ids\":[1,2}",
+                               "{\"model_name\":\"m\",\"token_ids\":[1],\"token_ids\":[2]}",
+                               "{\"model_name\":\"m\",\"token_ids\":[1],}",
+                               "{\"model_name\":\"m\" \"token_ids\":[1]}", ""};
+    for (size_t i = 0; i < sizeof malformed / sizeof *malformed; i++)
+        expect_query(srv, malformed[i], 400, "malformed JSON body");
+    tokens(arr, sizeof arr, 60, SIZE_MAX, NULL);
+    snprintf(body, sizeof body, "{\"model_name\":\"m\",\"token_ids\":%s,\"token_ids\":[1]}", arr);
+    expect_query(srv, body, 400, "duplicate");
+    expect_query(srv, "[1,2]", 400, "JSON object");
+    kvr_server_stop(srv);
+}
+
+static void test_route_handler_books_and_takes_u64_mm_hash(void **state)
+{
+    (void)state;
+    kvr_server *srv = one_worker_server();
+    kvr_api_reply r = {0};
+    const char *route = "{\"model_name\":\"m\",\"request_id\":\"a\",\"token_ids\":[1,2,3,4]}";
+    kvr_api_route_raw(srv, route, strlen(route), &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(json_integer_value(json_object_get(r.body, "worker_id")), 1);
+    json_decref(r.body);
+    memset(&r, 0, sizeof r);
+    kvr_api_route_raw(srv, route, strlen(route), &r);
+    assert_int_equal(r.status, 409);
+    json_decref(r.body);
+    /* A u64 identity above INT64_MAX as a JSON number routes and is
+     * forwarded as its 16 hex digits (the sim sends them so). */
+    memset(&r, 0, sizeof r);
+    const char *mm = "{\"model_name\":\"m\",\"request_id\":\"b\",\"token_ids\":[1,2,3,4],"
+                     "\"mm_items\":[{\"start\":2,\"end\":4,\"mm_hash\":18446744073709551614}]}";
+    kvr_api_route_raw(srv, mm, strlen(mm), &r);
+    assert_int_equal(r.status, 200);
+    assert_true(json_is_true(json_object_get(r.body, "forward_mm_hashes")));
+    assert_string_equal(json_string_value(json_array_get(json_object_get(r.body, "mm_hashes"), 0)),
+                        "fffffffffffffffe");
+    json_decref(r.body);
+    kvr_server_stop(srv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_long_arrays_equal),
         cmocka_unit_test(test_mutations_equal),
+        cmocka_unit_test(test_vec_keys_only_top_level),
+        cmocka_unit_test(test_u32_view_same_either_way),
+        cmocka_unit_test(test_u64_key_above_int64),
+        cmocka_unit_test(test_query_handler_names_bad_token),
+        cmocka_unit_test(test_route_handler_books_and_takes_u64_mm_hash),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
