@@ -7,159 +7,7 @@
 
 #include "index/tree_internal.h"
 
-#define CHILD_MIN 16u
 #define STACK_MIN 64u
-
-/* ---- node array and child table ---- */
-
-/* Chunks cover ids below the allocator's top (plus one spare chunk, so a
- * count hovering at a chunk boundary does not allocate and free repeatedly;
- * an index holding only the root keeps just the first chunk). */
-static int sync_nodes(kvr_index *idx)
-{
-    uint32_t top = idx->node_ids.top;
-    uint32_t need = (top + KVR_NODE_CHUNK - 1) >> KVR_NODE_CHUNK_BITS;
-    while (idx->n_chunks < need) {
-        if (idx->n_chunks == idx->chunks_cap) {
-            uint32_t ncap = idx->chunks_cap ? idx->chunks_cap * 2 : 8;
-            kvr_node **nc = realloc(idx->chunks, (size_t)ncap * sizeof *nc);
-            if (!nc)
-                return -1;
-            idx->chunks = nc;
-            idx->chunks_cap = ncap;
-        }
-        kvr_node *c = malloc((size_t)KVR_NODE_CHUNK * sizeof *c);
-        if (!c)
-            return -1;
-        idx->chunks[idx->n_chunks++] = c;
-    }
-    uint32_t keep = idx->node_ids.count <= 1 ? 1 : need + 1;
-    while (idx->n_chunks > keep)
-        free(idx->chunks[--idx->n_chunks]);
-    uint32_t cap = idx->chunks_cap;
-    while (cap > 8 && idx->n_chunks * 4 <= cap)
-        cap /= 2;
-    if (cap != idx->chunks_cap) {
-        kvr_node **nc = realloc(idx->chunks, (size_t)cap * sizeof *nc);
-        if (nc) {
-            idx->chunks = nc;
-            idx->chunks_cap = cap;
-        }
-    }
-    return 0;
-}
-
-static void child_place(uint64_t *t, uint32_t cap, uint64_t slot)
-{
-    uint32_t i = kvr_fastrange((uint32_t)(slot >> 32), cap);
-    while (t[i])
-        i = kvr_probe_next(i, cap);
-    t[i] = slot;
-}
-
-static int child_resize(kvr_index *idx, uint32_t cap)
-{
-    uint64_t *t = NULL;
-    if (cap) {
-        t = calloc(cap, sizeof *t);
-        if (!t)
-            return -1;
-        kvr_hugepage_hint(t, (size_t)cap * sizeof *t);
-        for (uint32_t i = 0; i < idx->child_cap; i++)
-            if (idx->child[i])
-                child_place(t, cap, idx->child[i]);
-    }
-    free(idx->child);
-    idx->child = t;
-    idx->child_cap = cap;
-    return 0;
-}
-
-static int child_insert(kvr_index *idx, uint32_t id)
-{
-    /* max load 4/5: tags make long probe runs cheap (no node access per
-     * probe) */
-    if ((uint64_t)(idx->child_len + 1) * 5 > (uint64_t)idx->child_cap * 4 &&
-        child_resize(idx, idx->child_cap ? idx->child_cap * 2 : CHILD_MIN) < 0)
-        return -1;
-    const kvr_node *nd = &KVR_NODE(idx, id);
-    child_place(idx->child, idx->child_cap, (uint64_t)nd->tag << 32 | id);
-    idx->child_len++;
-    return 0;
-}
-
-static void child_delete(kvr_index *idx, uint32_t id)
-{
-    uint32_t cap = idx->child_cap;
-    const kvr_node *nd = &KVR_NODE(idx, id);
-    uint64_t slot = (uint64_t)nd->tag << 32 | id;
-    uint32_t i = kvr_fastrange(nd->tag, cap);
-    while (idx->child[i] != slot)
-        i = kvr_probe_next(i, cap);
-    uint32_t hole = i;
-    for (uint32_t j = kvr_probe_next(i, cap); idx->child[j]; j = kvr_probe_next(j, cap)) {
-        uint32_t h = kvr_fastrange((uint32_t)(idx->child[j] >> 32), cap);
-        if (!kvr_probe_stays(hole, j, h)) {
-            idx->child[hole] = idx->child[j];
-            hole = j;
-        }
-    }
-    idx->child[hole] = 0;
-    idx->child_len--;
-    if (idx->child_len == 0)
-        child_resize(idx, 0);
-    else if (idx->child_cap > CHILD_MIN && idx->child_len * 8 < idx->child_cap)
-        child_resize(idx, idx->child_cap / 2); /* on OOM keep the larger table */
-}
-
-/* A new node under parent with no owners yet: the caller gives it one. */
-static uint32_t node_new(kvr_index *idx, uint32_t parent, uint64_t local, uint64_t engine)
-{
-    uint32_t id = kvr_ids_get(&idx->node_ids);
-    if (id == UINT32_MAX)
-        return KVR_NIL;
-    if (sync_nodes(idx) < 0) {
-        kvr_ids_put(&idx->node_ids, id);
-        return KVR_NIL;
-    }
-    kvr_node *nd = &KVR_NODE(idx, id);
-    *nd = (kvr_node){.local = local,
-                     .engine = engine,
-                     .parent = parent,
-                     .tag = kvr_chain_tag(KVR_NODE(idx, parent).tag, local)};
-    if (child_insert(idx, id) < 0) {
-        kvr_ids_put(&idx->node_ids, id);
-        sync_nodes(idx);
-        return KVR_NIL;
-    }
-    kvr_node *p = &KVR_NODE(idx, parent);
-    nd->next = p->first_child;
-    if (p->first_child)
-        KVR_NODE(idx, p->first_child).prev = id;
-    p->first_child = id;
-    return id;
-}
-
-static void node_unlink(kvr_index *idx, uint32_t id)
-{
-    kvr_node *nd = &KVR_NODE(idx, id);
-    if (nd->prev)
-        KVR_NODE(idx, nd->prev).next = nd->next;
-    else
-        KVR_NODE(idx, nd->parent).first_child = nd->next;
-    if (nd->next)
-        KVR_NODE(idx, nd->next).prev = nd->prev;
-}
-
-/* Frees a node that holds no owner and has no child (the common case: an
- * evicted leaf). */
-static void node_release(kvr_index *idx, uint32_t id)
-{
-    child_delete(idx, id);
-    KVR_NODE(idx, id).set = KVR_OSET_EMPTY;
-    kvr_ids_put(&idx->node_ids, id);
-    sync_nodes(idx);
-}
 
 static void drop_ownership_count(kvr_index *idx, uint32_t owner)
 {
@@ -173,9 +21,9 @@ static void drop_ownership_count(kvr_index *idx, uint32_t owner)
  * parent_not_found like any unknown parent. */
 static void reclaim(kvr_index *idx, uint32_t top)
 {
-    node_unlink(idx, top);
+    kvr_tree_node_unlink(idx, top);
     if (!KVR_NODE(idx, top).first_child) {
-        node_release(idx, top);
+        kvr_tree_node_release(idx, top);
         return;
     }
     size_t sp = 0;
@@ -206,7 +54,7 @@ static void reclaim(kvr_index *idx, uint32_t top)
             }
             kvr_osets_unref(&idx->sets, set);
         }
-        node_release(idx, x);
+        kvr_tree_node_release(idx, x);
     }
     if (idx->stack_cap > STACK_MIN) {
         uint32_t *ns = realloc(idx->stack, STACK_MIN * sizeof *ns);
@@ -301,7 +149,7 @@ kvr_index *kvr_index_create(void)
     idx->stack = malloc(STACK_MIN * sizeof *idx->stack);
     idx->stack_cap = STACK_MIN;
     if (!idx->stack || kvr_osets_init(&idx->sets) < 0 ||
-        kvr_ids_get(&idx->node_ids) != KVR_ROOT || sync_nodes(idx) < 0) {
+        kvr_ids_get(&idx->node_ids) != KVR_ROOT || kvr_tree_sync_nodes(idx) < 0) {
         kvr_index_destroy(idx);
         return NULL;
     }
@@ -417,7 +265,7 @@ static uint32_t store_block(kvr_index *idx, uint32_t owner, uint32_t bit, uint32
     }
     bool created = false;
     if (child == KVR_NIL) {
-        child = node_new(idx, cur, l, e);
+        child = kvr_tree_node_new(idx, cur, l, e);
         if (child == KVR_NIL)
             return KVR_NIL;
         created = true;
@@ -435,8 +283,8 @@ static uint32_t store_block(kvr_index *idx, uint32_t owner, uint32_t bit, uint32
     if ((exc && kvr_u64map_put(&idx->exc, exc_key, e) < 0) ||
         !set_entry(idx, child, owner, kvr_oset_entry(owner, tiers | bit, exc))) {
         if (created) {
-            node_unlink(idx, child);
-            node_release(idx, child);
+            kvr_tree_node_unlink(idx, child);
+            kvr_tree_node_release(idx, child);
         }
         return KVR_NIL; /* out of memory: stop the chain here */
     }

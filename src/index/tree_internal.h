@@ -145,4 +145,15 @@ static inline uint64_t kvr_tree_handle(const struct kvr_index *idx, uint32_t own
     return KVR_NODE(idx, node).engine;
 }
 
+/* tree_nodes.c: node chunks and the child table. */
+/* Makes the chunks follow the id allocator's top (after kvr_ids_get/put). */
+int kvr_tree_sync_nodes(struct kvr_index *idx);
+/* A new node under parent with no owners yet: the caller gives it one.
+ * KVR_NIL on OOM. */
+uint32_t kvr_tree_node_new(struct kvr_index *idx, uint32_t parent, uint64_t local,
+                           uint64_t engine);
+void kvr_tree_node_unlink(struct kvr_index *idx, uint32_t id);
+/* Frees a node already unlinked (or whose parent is being freed too). */
+void kvr_tree_node_release(struct kvr_index *idx, uint32_t id);
+
 #endif
