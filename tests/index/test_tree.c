@@ -341,6 +341,33 @@ static void test_engine_hash_differs_per_owner(void **state)
     assert_int_equal(st.bytes, base.bytes);
 }
 
+static void test_repeated_hashes_stay_consistent(void **state)
+{
+    fx *f = *state;
+    kvr_index_stats base, st;
+    kvr_index_stats_get(f->idx, &base);
+    /* the converter rejects these; the index must still stay consistent */
+    uint64_t e[] = {5, 5, 5}, l[] = {1, 2, 3};
+    kvr_index_store(f->idx, f->a, G, false, 0, e, l, 3);
+    kvr_index_stats_get(f->idx, &st);
+    assert_true(st.ownerships <= 1);
+    /* a parent that is also one of the stored hashes */
+    store(f->idx, f->b, G, false, 0, 100, 0, 3);
+    uint64_t e2[] = {103, 200}, l2[] = {4, 5};
+    kvr_index_store(f->idx, f->b, G, true, 103, e2, l2, 2);
+    kvr_index_stats_get(f->idx, &st);
+    assert_true(st.nodes <= 6);
+    uint64_t rm[] = {5, 103, 200, 101, 102};
+    kvr_index_remove(f->idx, f->a, G, rm, 5);
+    kvr_index_remove(f->idx, f->b, G, rm, 5);
+    kvr_index_clear_owner(f->idx, f->a);
+    kvr_index_clear_owner(f->idx, f->b);
+    kvr_index_stats_get(f->idx, &st);
+    assert_int_equal(st.nodes, 0);
+    assert_int_equal(st.ownerships, 0);
+    assert_int_equal(st.bytes, base.bytes);
+}
+
 static void test_bad_arguments(void **state)
 {
     fx *f = *state;
@@ -370,6 +397,7 @@ int main(void)
         T(test_clear_owner),
         T(test_restore_and_handle_reuse),
         T(test_engine_hash_differs_per_owner),
+        T(test_repeated_hashes_stay_consistent),
         T(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
