@@ -37,7 +37,7 @@ static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\
 static inline bool push_val(fast_state *st, json_int_t v)
 {
     if (st->n_vals == st->cap_vals) {
-        size_t cap = st->cap_vals ? st->cap_vals * 2 : 1024;
+        size_t cap = st->cap_vals ? st->cap_vals * 2 : 4096;
         json_int_t *nv = realloc(st->vals, cap * sizeof *nv);
         if (!nv) {
             st->oom = true;
@@ -75,10 +75,10 @@ static inline const char *lex_int(const char *s, const char *end, bool *neg, uin
     s += *neg;
     if (s >= end || *s < '0' || *s > '9' || (*s == '0' && s + 1 < end && s[1] >= '0' && s[1] <= '9'))
         return NULL;
-    const char *d = s;
+    const char *lim = end - s > 19 ? s + 19 : end; /* 19 digits cannot overflow */
     uint64_t v = 0;
-    while (s < end && *s >= '0' && *s <= '9' && s - d < 19) /* 19 digits cannot overflow */
-        v = v * 10 + (uint64_t)(*s++ - '0');
+    for (unsigned d; s < lim && (d = (unsigned char)*s - '0') < 10; s++)
+        v = v * 10 + d;
     if (s < end && *s >= '0' && *s <= '9') {
         uint64_t last = (uint64_t)(*s++ - '0');
         if (v > (UINT64_MAX - last) / 10 || (s < end && *s >= '0' && *s <= '9'))
