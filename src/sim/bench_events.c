@@ -64,7 +64,6 @@ int kvr_bench_write_events(const kvr_bench_stream *s, FILE *f)
 
 typedef struct {
     const char *p, *end;
-    const char *bad; /* first problem, names a field */
 } cursor;
 
 static void ws(cursor *c)
@@ -315,7 +314,7 @@ int kvr_bench_read_events(const char *path, kvr_bench_stream *out, char *err, si
     int rc = 0;
     while ((len = getline(&line, &cap, f)) >= 0) {
         lineno++;
-        cursor c = {line, line + len, NULL};
+        cursor c = {line, line + len};
         ws(&c);
         if (c.p == c.end)
             continue;
