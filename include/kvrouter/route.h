@@ -160,7 +160,8 @@ typedef struct {
     uint32_t gpu_blocks, cpu_blocks, disk_blocks;
     uint32_t routing_tokens;
     uint64_t active_prefill_tokens; /* before this request's booking */
-    uint64_t active_decode_blocks;
+    uint64_t active_decode_blocks;  /* distinct blocks held, before this request */
+    uint64_t new_blocks;            /* blocks this request would add on this worker */
     double credit;
     double cost;
     double probability;             /* softmax weight when sampled, else 1 for the pick */
@@ -175,8 +176,8 @@ typedef struct {
     kvr_route_reason reason;
     double cost;
     uint32_t block_size;
-    uint64_t booked_prefill_tokens;
-    uint64_t booked_blocks;
+    uint64_t booked_prefill_tokens; /* uncached tokens on the chosen worker */
+    uint64_t booked_blocks;         /* distinct blocks the booking added there */
     kvr_route_cost *costs;     /* debug only (malloc'd); kvr_route_decision_free */
     size_t n_costs;
     uint32_t n_hash_passes;
@@ -193,7 +194,7 @@ void kvr_route_decision_free(kvr_route_decision *d);
  * allowed_workers. None left -> KVR_ROUTE_NO_CANDIDATE naming the filter.
  *
  * cost = prefill_load_scale * max(0, (active_prefill_tokens + isl)/B - credit)
- *        + active_decode_blocks,
+ *        + active_decode_blocks + new_blocks,
  * credit = overlap_score_credit * gpu + cpu_hit_weight * (cpu - gpu)
  *          + disk_hit_weight * (disk - cpu)   (blocks of that worker's sequence),
  * isl = the request's whole token count (the engine prefills all of it, even
@@ -201,11 +202,22 @@ void kvr_route_decision_free(kvr_route_decision *d);
  * ties (within 1e-9 relative) broken uniformly at random ("tie_random");
  * T > 0: softmax of -(cost - min)/(max - min)/T ("sampled").
  *
+ * Load semantics follow Dynamo's KV router (ActiveSequences):
+ * active_prefill_tokens sums the UNCACHED tokens (isl - gpu overlap x B) of
+ * the worker's requests not yet prefilled; active_decode_blocks counts the
+ * DISTINCT blocks its active requests hold: routing blocks are identified by
+ * chain hash and refcounted, so requests sharing a prefix on one worker
+ * count it once; the rest of a request (tokens past its whole routing
+ * blocks, plus osl) is ceil((isl - routing_blocks x B + osl)/B) blocks of
+ * its own. new_blocks = the request's blocks that worker does not hold yet
+ * (so an idle worker's decode term is the request's own size, the same for
+ * every worker with the same routing sequence).
+ *
  * Booking (when request_id is set; a duplicate id -> KVR_ROUTE_DUPLICATE_ID):
- * isl prefill tokens and ceil((isl + osl)/B) blocks on the chosen (worker,
- * rank). Blocks count as active_decode_blocks from the start (KV memory is
- * held during prefill too); prefill_done drops the prefill tokens; release
- * drops both. Bookings expire booking_ttl_s after /route. */
+ * the uncached prefill tokens and the request's blocks on the chosen
+ * (worker, rank). Blocks count as active_decode_blocks from the start (KV
+ * memory is held during prefill too); prefill_done drops the prefill tokens;
+ * release drops both. Bookings expire booking_ttl_s after /route. */
 kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_route_decision *out);
 
 /* The request's prefill finished: its prefill tokens stop counting, its
@@ -236,6 +248,9 @@ typedef struct {
     uint64_t bookings_released;
     uint64_t prefill_done;
     uint64_t load_entries; /* (worker, rank) load records held (idle ones are freed) */
+    uint64_t held_blocks;       /* distinct identified blocks held, over all load records */
+    uint64_t booked_block_refs; /* block references held by active bookings */
+    uint64_t held_bytes;        /* memory of both (0 when nothing is booked) */
 } kvr_router_stats;
 
 void kvr_router_stats_get(kvr_router *r, kvr_router_stats *out);

@@ -28,6 +28,7 @@ void route_bookings_free(route_bookings *b)
     while (bk) {
         route_booking *next = bk->next;
         free(bk->id);
+        free(bk->chain);
         free(bk);
         bk = next;
     }
@@ -37,6 +38,7 @@ void route_bookings_free(route_bookings *b)
         route_load *l = (route_load *)(uintptr_t)v;
         while (l) {
             route_load *next = l->hnext;
+            kvr_u64map_free(&l->held);
             free(l);
             l = next;
         }
@@ -68,6 +70,7 @@ route_load *route_load_find(route_bookings *b, uintptr_t index, uint64_t worker_
     l->index = index;
     l->worker_id = worker_id;
     l->dp_rank = dp_rank;
+    kvr_u64map_init(&l->held);
     l->hnext = (route_load *)(uintptr_t)head;
     if (kvr_u64map_put(&b->loads, key, (uint64_t)(uintptr_t)l) < 0) {
         free(l);
@@ -100,7 +103,65 @@ static void load_drop_if_idle(route_bookings *b, route_load *l)
             p->hnext = l->hnext;
     }
     b->n_loads--;
+    kvr_u64map_free(&l->held);
     free(l);
+}
+
+uint64_t route_load_blocks(const route_load *l)
+{
+    return kvr_u64map_len(&l->held) + l->unique_blocks;
+}
+
+/* Every booking holds a whole prefix of its chain and a chain hash names
+ * its whole prefix, so what a load holds of any chain is a prefix of it:
+ * a binary search finds it in O(log n) lookups instead of one per block
+ * (this runs for every candidate under the router lock). */
+uint32_t route_load_held_prefix(const route_load *l, const uint64_t *chain, uint32_t n)
+{
+    if (kvr_u64map_len(&l->held) == 0)
+        return 0;
+    uint32_t lo = 0, hi = n; /* chain[0..lo) held, chain[hi..n) not */
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (kvr_u64map_find(&l->held, chain[mid]))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static void unref_blocks(route_load *l, const uint64_t *chain, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t *cnt = kvr_u64map_find(&l->held, chain[i]);
+        if (!cnt)
+            continue; /* only after a partial, rolled-back reference */
+        if (*cnt > 1)
+            (*cnt)--;
+        else
+            kvr_u64map_del(&l->held, chain[i], NULL);
+    }
+}
+
+/* References chain[0..n) on l; returns the blocks new to l, or -1 (no
+ * reference left behind) when out of memory. */
+static int64_t ref_blocks(route_load *l, const uint64_t *chain, uint32_t n)
+{
+    int64_t added = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t *cnt = kvr_u64map_find(&l->held, chain[i]);
+        if (cnt) {
+            (*cnt)++;
+            continue;
+        }
+        if (kvr_u64map_put(&l->held, chain[i], 1) < 0) {
+            unref_blocks(l, chain, i);
+            return -1;
+        }
+        added++;
+    }
+    return added;
 }
 
 static uint64_t id_hash(const char *id)
@@ -121,7 +182,8 @@ static route_booking *booking_find(route_bookings *b, const char *id, uint64_t h
 }
 
 int route_book(route_bookings *b, const char *id, route_load *load, uint64_t prefill_tokens,
-               uint64_t blocks, double now)
+               const uint64_t *chain, uint32_t n_chain, uint64_t unique_blocks, double now,
+               uint64_t *added)
 {
     uint64_t h = id_hash(id);
     if (booking_find(b, id, h)) {
@@ -129,7 +191,9 @@ int route_book(route_bookings *b, const char *id, route_load *load, uint64_t pre
         return 1;
     }
     route_booking *bk = calloc(1, sizeof *bk);
-    if (bk && !(bk->id = strdup(id))) {
+    if (bk && (!(bk->id = strdup(id)) ||
+               !(bk->chain = malloc((n_chain ? n_chain : 1) * sizeof *bk->chain)))) {
+        free(bk->id);
         free(bk);
         bk = NULL;
     }
@@ -140,16 +204,23 @@ int route_book(route_bookings *b, const char *id, route_load *load, uint64_t pre
     uint64_t head = 0;
     kvr_u64map_get(&b->ids, h, &head);
     bk->hnext = (route_booking *)(uintptr_t)head;
-    if (kvr_u64map_put(&b->ids, h, (uint64_t)(uintptr_t)bk) < 0) {
+    int64_t fresh = ref_blocks(load, chain, n_chain);
+    if (fresh < 0 || kvr_u64map_put(&b->ids, h, (uint64_t)(uintptr_t)bk) < 0) {
+        if (fresh >= 0)
+            unref_blocks(load, chain, n_chain);
+        free(bk->chain);
         free(bk->id);
         free(bk);
         load_drop_if_idle(b, load);
         return -1;
     }
+    if (n_chain)
+        memcpy(bk->chain, chain, n_chain * sizeof *chain);
+    bk->n_chain = n_chain;
+    bk->unique_blocks = unique_blocks;
     bk->idhash = h;
     bk->load = load;
     bk->prefill_tokens = prefill_tokens;
-    bk->blocks = blocks;
     bk->expires_at = now + b->ttl_s;
     bk->prev = b->tail;
     if (b->tail)
@@ -159,8 +230,11 @@ int route_book(route_bookings *b, const char *id, route_load *load, uint64_t pre
     b->tail = bk;
     load->bookings++;
     load->prefill_tokens += prefill_tokens;
-    load->decode_blocks += blocks;
+    load->unique_blocks += unique_blocks;
     b->n_active++;
+    b->n_refs += n_chain;
+    if (added)
+        *added = (uint64_t)fresh + unique_blocks;
     return 0;
 }
 
@@ -170,7 +244,9 @@ static void booking_remove(route_bookings *b, route_booking *bk)
     l->bookings--;
     if (!bk->decode)
         l->prefill_tokens -= bk->prefill_tokens;
-    l->decode_blocks -= bk->blocks;
+    unref_blocks(l, bk->chain, bk->n_chain);
+    l->unique_blocks -= bk->unique_blocks;
+    b->n_refs -= bk->n_chain;
 
     uint64_t head = 0;
     kvr_u64map_get(&b->ids, bk->idhash, &head);
@@ -197,6 +273,7 @@ static void booking_remove(route_bookings *b, route_booking *bk)
         b->tail = bk->prev;
     b->n_active--;
     free(bk->id);
+    free(bk->chain);
     free(bk);
     load_drop_if_idle(b, l);
 }
@@ -283,7 +360,7 @@ void kvr_router_load(kvr_router *r, const char *model, const char *group, uint64
     route_load *l = route_load_find(&r->bk, (uintptr_t)idx, worker_id, dp_rank, false);
     if (l) {
         out->active_prefill_tokens = l->prefill_tokens;
-        out->active_decode_blocks = l->decode_blocks;
+        out->active_decode_blocks = route_load_blocks(l);
         out->bookings = l->bookings;
     }
     pthread_mutex_unlock(&r->mu);

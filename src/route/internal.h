@@ -10,13 +10,21 @@
 
 /* ---- bookings and load (bookings.c); caller holds kvr_router.mu ---------- */
 
+/* Load of one (worker, rank), as Dynamo's ActiveSequences keeps it: pending
+ * prefill is the uncached tokens of requests not yet prefilled; decode
+ * blocks are DISTINCT blocks held by active requests, so requests sharing a
+ * prefix on one worker count the shared blocks once. Identified blocks are
+ * chain hashes of the worker's routing sequence (refcounted in `held`); the
+ * rest of a request (tokens past its whole routing blocks, expected output)
+ * cannot be identified and counts per request in `unique_blocks`. */
 typedef struct route_load {
     uintptr_t index; /* kvr_index of (model, group): stable for the indexer's life */
     uint64_t worker_id;
     uint32_t dp_rank;
     uint32_t bookings;
     uint64_t prefill_tokens;
-    uint64_t decode_blocks;
+    kvr_u64map held;        /* chain hash -> number of bookings holding it */
+    uint64_t unique_blocks; /* summed over bookings */
     struct route_load *hnext;
 } route_load;
 
@@ -27,7 +35,9 @@ typedef struct route_booking {
     struct route_booking *prev, *next; /* creation order == expiry order (one TTL) */
     route_load *load;
     uint64_t prefill_tokens;
-    uint64_t blocks;
+    uint64_t *chain;                  /* the blocks it holds a reference to */
+    uint32_t n_chain;
+    uint64_t unique_blocks;
     bool decode;
     double expires_at;
 } route_booking;
@@ -39,15 +49,23 @@ typedef struct {
     double ttl_s;
     uint64_t n_active, expired, released, prefill_done;
     uint64_t n_loads; /* route_load entries; idle ones are freed */
+    uint64_t n_refs;  /* chain entries over all bookings */
 } route_bookings;
 
 void route_bookings_init(route_bookings *b, double ttl_s);
 void route_bookings_free(route_bookings *b);
 route_load *route_load_find(route_bookings *b, uintptr_t index, uint64_t worker_id,
                             uint32_t dp_rank, bool create);
-/* 0 booked, 1 duplicate id, -1 out of memory. */
+/* Distinct blocks held on the load (identified + per-request). */
+uint64_t route_load_blocks(const route_load *l);
+/* How many leading blocks of chain the load already holds. */
+uint32_t route_load_held_prefix(const route_load *l, const uint64_t *chain, uint32_t n);
+/* Books prefill_tokens and references to chain[0..n_chain) + unique_blocks
+ * on load; *added = the distinct blocks the load gained. 0 booked,
+ * 1 duplicate id, -1 out of memory (nothing booked). */
 int route_book(route_bookings *b, const char *id, route_load *load, uint64_t prefill_tokens,
-               uint64_t blocks, double now);
+               const uint64_t *chain, uint32_t n_chain, uint64_t unique_blocks, double now,
+               uint64_t *added);
 kvr_route_status route_booking_prefill_done(route_bookings *b, const char *id);
 kvr_route_status route_booking_release(route_bookings *b, const char *id);
 size_t route_bookings_expire(route_bookings *b, double now);
@@ -60,6 +78,8 @@ typedef struct {
     bool eagle;
     kvr_seq_kind kind;
     uint32_t n_tokens;        /* routing sequence length */
+    uint64_t *hashes;         /* local block hashes; chain hashes after route_chain_profiles */
+    size_t n_blocks, hashes_cap;
     kvr_match_entry *matches; /* copied out of the match ctx */
     size_t n_matches, cap;
 } route_profile;
@@ -95,8 +115,8 @@ typedef struct route_scratch {
     size_t n_profiles, profiles_cap;
     uint32_t *padded; /* the pad-substituted sequence, built once per request */
     size_t padded_cap;
-    uint64_t *hashes;
-    size_t hashes_cap;
+    uint32_t *entry_profile; /* per kvr_query_result entry: its profile */
+    size_t ep_cap;
     struct route_scratch *next;
 } route_scratch;
 
@@ -121,9 +141,11 @@ int route_ranks_snapshot(kvr_router *r, route_scratch *s, uintptr_t index, const
                          const char *group, size_t n_workers);
 void route_ranks_free(kvr_router *r);
 
-/* query.c: kvr_query without stats; the route path reuses it. */
+/* query.c: kvr_query without stats; the route path reuses it. With keep,
+ * the scratch (profiles, their hashes, entry_profile) stays with the caller,
+ * who releases it; on failure *keep is NULL. */
 kvr_route_status route_query(kvr_router *r, const kvr_query_request *req, kvr_query_result *out,
-                             kvr_index **index_out);
+                             kvr_index **index_out, route_scratch **keep);
 
 /* sequence.c */
 kvr_route_status route_validate(const kvr_query_request *req, char *err, size_t errlen);
@@ -132,6 +154,8 @@ int route_build_profiles(route_scratch *s, size_t n_workers, const kvr_query_req
 /* Hashes and matches every profile once. -1 on out of memory. */
 int route_match_profiles(route_scratch *s, kvr_index *idx, uint32_t block_size,
                          const kvr_query_request *req);
+/* Turns every profile's local hashes into chain hashes (SPEC §4), in place. */
+void route_chain_profiles(route_scratch *s);
 
 /* rng (router.c), caller holds r->mu. Uniform in [0, 1). */
 double route_rng_uniform(kvr_router *r);

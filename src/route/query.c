@@ -48,9 +48,11 @@ static bool has_rank(const route_scratch *s, size_t w, uint32_t dp_rank)
     return false;
 }
 
-static void add_entry(kvr_query_result *out, const kvr_worker_caps *c, const route_profile *pr,
-                      uint32_t dp_rank, bool rank_seen)
+static void add_entry(kvr_query_result *out, route_scratch *s, const kvr_worker_caps *c,
+                      uint32_t profile, uint32_t dp_rank, bool rank_seen)
 {
+    const route_profile *pr = &s->profiles[profile];
+    s->entry_profile[out->n_entries] = profile;
     kvr_query_entry *e = &out->entries[out->n_entries++];
     memset(e, 0, sizeof *e);
     e->worker_id = c->worker_id;
@@ -69,12 +71,13 @@ static void add_entry(kvr_query_result *out, const kvr_worker_caps *c, const rou
 
 /* Candidates of one worker: its known ranks (rank 0 when it has none yet),
  * plus any rank that matched blocks but is newer than the rank cache. */
-static void add_worker(kvr_query_result *out, const route_scratch *s, size_t w)
+static void add_worker(kvr_query_result *out, route_scratch *s, size_t w)
 {
     const kvr_worker_caps *c = &s->caps[w];
-    const route_profile *pr = &s->profiles[s->worker_profile[w]];
+    uint32_t prof = s->worker_profile[w];
+    const route_profile *pr = &s->profiles[prof];
     for (uint32_t k = 0; k < s->spans[w].n; k++)
-        add_entry(out, c, pr, s->ranks[s->spans[w].off + k], true);
+        add_entry(out, s, c, prof, s->ranks[s->spans[w].off + k], true);
     bool zero_listed = s->spans[w].n == 0;
     for (size_t i = 0; i < pr->n_matches; i++) {
         const kvr_match_entry *m = &pr->matches[i];
@@ -82,10 +85,10 @@ static void add_worker(kvr_query_result *out, const route_scratch *s, size_t w)
             continue;
         if (m->dp_rank == 0)
             zero_listed = false;
-        add_entry(out, c, pr, m->dp_rank, true);
+        add_entry(out, s, c, prof, m->dp_rank, true);
     }
     if (zero_listed)
-        add_entry(out, c, pr, 0, false);
+        add_entry(out, s, c, prof, 0, false);
 }
 
 static kvr_route_status fail(kvr_query_result *out, kvr_route_status st, const char *msg)
@@ -95,8 +98,10 @@ static kvr_route_status fail(kvr_query_result *out, kvr_route_status st, const c
 }
 
 kvr_route_status route_query(kvr_router *r, const kvr_query_request *req, kvr_query_result *out,
-                             kvr_index **index_out)
+                             kvr_index **index_out, route_scratch **keep)
 {
+    if (keep)
+        *keep = NULL;
     out->n_entries = 0;
     out->n_hash_passes = 0;
     out->error[0] = 0;
@@ -143,18 +148,22 @@ kvr_route_status route_query(kvr_router *r, const kvr_query_request *req, kvr_qu
         need += s->spans[w].n;
     for (size_t p = 0; p < s->n_profiles; p++)
         need += s->profiles[p].n_matches;
-    if (route_grow((void **)&out->entries, &out->cap, need, sizeof *out->entries) < 0) {
+    if (route_grow((void **)&out->entries, &out->cap, need, sizeof *out->entries) < 0 ||
+        route_grow((void **)&s->entry_profile, &s->ep_cap, need, sizeof *s->entry_profile) < 0) {
         route_scratch_release(r, s);
         return fail(out, KVR_ROUTE_NO_MEMORY, "out of memory");
     }
     for (long w = 0; w < nw; w++)
         add_worker(out, s, (size_t)w);
-    route_scratch_release(r, s);
+    if (keep)
+        *keep = s;
+    else
+        route_scratch_release(r, s);
     return KVR_ROUTE_OK;
 }
 
 kvr_route_status kvr_query(kvr_router *r, const kvr_query_request *req, kvr_query_result *out)
 {
     atomic_fetch_add(&r->queries, 1);
-    return route_query(r, req, out, NULL);
+    return route_query(r, req, out, NULL, NULL);
 }

@@ -81,11 +81,13 @@ static void scratch_destroy(route_scratch *s)
     free(s->spans);
     free(s->ranks);
     free(s->worker_profile);
-    for (size_t i = 0; i < s->profiles_cap; i++)
+    for (size_t i = 0; i < s->profiles_cap; i++) {
         free(s->profiles[i].matches);
+        free(s->profiles[i].hashes);
+    }
     free(s->profiles);
     free(s->padded);
-    free(s->hashes);
+    free(s->entry_profile);
     free(s);
 }
 
@@ -214,5 +216,14 @@ void kvr_router_stats_get(kvr_router *r, kvr_router_stats *out)
     out->bookings_released = r->bk.released;
     out->prefill_done = r->bk.prefill_done;
     out->load_entries = r->bk.n_loads;
+    out->booked_block_refs = r->bk.n_refs;
+    size_t it = 0;
+    uint64_t k, v;
+    while (kvr_u64map_next(&r->bk.loads, &it, &k, &v))
+        for (const route_load *l = (const route_load *)(uintptr_t)v; l; l = l->hnext) {
+            out->held_blocks += kvr_u64map_len(&l->held);
+            out->held_bytes += kvr_u64map_bytes(&l->held);
+        }
+    out->held_bytes += r->bk.n_refs * sizeof(uint64_t);
     pthread_mutex_unlock(&r->mu);
 }

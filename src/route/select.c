@@ -32,7 +32,8 @@ static bool allowed(const kvr_route_request *req, const kvr_u64map *set, uint64_
 }
 
 /* Drops non-candidates in place; returns the count left, or sets the error. */
-static size_t filter_candidates(const kvr_route_request *req, kvr_query_result *q)
+static size_t filter_candidates(const kvr_route_request *req, kvr_query_result *q,
+                                uint32_t *entry_profile)
 {
     size_t n = 0;
     bool worker_seen = false, rank_seen = false;
@@ -53,6 +54,7 @@ static size_t filter_candidates(const kvr_route_request *req, kvr_query_result *
         rank_seen = true;
         if (!allowed(req, use_set ? &set : NULL, e->worker_id))
             continue;
+        entry_profile[n] = entry_profile[i];
         q->entries[n++] = *e;
     }
     kvr_u64map_free(&set);
@@ -79,12 +81,25 @@ static void cost_of(const cost_params *p, kvr_route_cost *c, uint64_t isl, uint3
     double disk_extra = (double)c->disk_blocks - (double)c->cpu_blocks;
     c->credit = p->credit_scale * c->gpu_blocks + p->cpu_w * cpu_extra + p->disk_w * disk_extra;
     double prefill = ((double)c->active_prefill_tokens + (double)isl) / bs - c->credit;
-    c->cost = p->load_scale * (prefill > 0 ? prefill : 0) + (double)c->active_decode_blocks;
+    c->cost = p->load_scale * (prefill > 0 ? prefill : 0) + (double)c->active_decode_blocks +
+              (double)c->new_blocks;
+}
+
+/* What the request would hold on a worker scored with profile pr: its
+ * routing blocks (identified by chain hash) and, per request, the rest of
+ * the prompt past them plus the expected output. Those share the last
+ * partial block, as the engine's allocator does, so a lone request holds
+ * ceil((isl + osl) / B) blocks. */
+static uint64_t unique_blocks_of(const route_profile *pr, uint64_t isl, uint32_t osl, uint32_t bs)
+{
+    uint64_t rest = isl - (uint64_t)pr->n_blocks * bs + osl;
+    return (rest + bs - 1) / bs;
 }
 
 /* Candidate i's overlaps, its current load and its cost; caller holds r->mu. */
 static void fill_cost(kvr_router *r, kvr_index *idx, const cost_params *p,
-                      const kvr_query_entry *e, uint64_t isl, uint32_t bs, kvr_route_cost *c)
+                      const kvr_query_entry *e, const route_profile *pr, uint64_t unique,
+                      uint64_t isl, uint32_t bs, kvr_route_cost *c)
 {
     c->worker_id = e->worker_id;
     c->dp_rank = e->dp_rank;
@@ -93,10 +108,13 @@ static void fill_cost(kvr_router *r, kvr_index *idx, const cost_params *p,
     c->disk_blocks = e->disk_blocks;
     c->routing_tokens = e->routing_tokens;
     route_load *l = route_load_find(&r->bk, (uintptr_t)idx, e->worker_id, e->dp_rank, false);
+    uint32_t held = 0;
     if (l) {
         c->active_prefill_tokens = l->prefill_tokens;
-        c->active_decode_blocks = l->decode_blocks;
+        c->active_decode_blocks = route_load_blocks(l);
+        held = route_load_held_prefix(l, pr->hashes, (uint32_t)pr->n_blocks);
     }
+    c->new_blocks = (uint64_t)(pr->n_blocks - held) + unique;
     cost_of(p, c, isl, bs);
 }
 
@@ -200,29 +218,38 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
     kvr_query_result q;
     kvr_query_result_init(&q);
     kvr_index *idx = NULL;
-    st = route_query(r, &req->q, &q, &idx);
+    route_scratch *s = NULL;
+    st = route_query(r, &req->q, &q, &idx, &s);
     out->n_hash_passes = q.n_hash_passes;
-    if (st == KVR_ROUTE_OK && filter_candidates(req, &q) == 0)
+    if (st == KVR_ROUTE_OK && filter_candidates(req, &q, s->entry_profile) == 0)
         st = KVR_ROUTE_NO_CANDIDATE;
     kvr_route_cost *c = NULL;
-    if (st == KVR_ROUTE_OK && !(c = calloc(q.n_entries, sizeof *c)))
+    uint64_t *unique = NULL;
+    if (st == KVR_ROUTE_OK && (!(c = calloc(q.n_entries, sizeof *c)) ||
+                               !(unique = malloc(s->n_profiles * sizeof *unique))))
         st = KVR_ROUTE_NO_MEMORY;
     if (st != KVR_ROUTE_OK) {
         snprintf(out->error, sizeof out->error, "%s",
                  st == KVR_ROUTE_NO_MEMORY ? "out of memory" : q.error);
+        free(c);
+        route_scratch_release(r, s);
         kvr_query_result_free(&q);
         return st;
     }
     size_t n = q.n_entries;
     uint32_t bs = q.block_size;
     uint64_t isl = req->q.n_tokens;
-    uint64_t blocks = (isl + req->osl + bs - 1) / bs;
     cost_params p = params_of(r, req);
+    route_chain_profiles(s);
+    for (size_t k = 0; k < s->n_profiles; k++)
+        unique[k] = unique_blocks_of(&s->profiles[k], isl, req->osl, bs);
 
     pthread_mutex_lock(&r->mu);
     route_bookings_expire(&r->bk, route_now());
-    for (size_t i = 0; i < n; i++)
-        fill_cost(r, idx, &p, &q.entries[i], isl, bs, &c[i]);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t k = s->entry_profile[i];
+        fill_cost(r, idx, &p, &q.entries[i], &s->profiles[k], unique[k], isl, bs, &c[i]);
+    }
     size_t pick, ties = 1;
     kvr_route_reason reason;
     if (p.temperature > 0 && n > 1) {
@@ -239,20 +266,33 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
     if (req->request_id) {
         route_load *l = route_load_find(&r->bk, (uintptr_t)idx, c[pick].worker_id,
                                         c[pick].dp_rank, true);
-        int b = l ? route_book(&r->bk, req->request_id, l, isl, blocks, route_now()) : -1;
+        /* Pending prefill is what the worker must compute: the tokens its
+         * GPU cache does not already hold (Dynamo's new_tokens). */
+        uint64_t cached = (uint64_t)c[pick].gpu_blocks * bs;
+        uint64_t prefill = isl > cached ? isl - cached : 0;
+        const route_profile *pr = &s->profiles[s->entry_profile[pick]];
+        uint64_t added = 0;
+        int b = l ? route_book(&r->bk, req->request_id, l, prefill, pr->hashes,
+                               (uint32_t)pr->n_blocks, unique[s->entry_profile[pick]],
+                               route_now(), &added)
+                  : -1;
         if (b != 0) {
             pthread_mutex_unlock(&r->mu);
             st = b > 0 ? KVR_ROUTE_DUPLICATE_ID : KVR_ROUTE_NO_MEMORY;
             snprintf(out->error, sizeof out->error, "%s",
                      b > 0 ? "request_id: already booked (POST /free it first)" : "out of memory");
             free(c);
+            free(unique);
+            route_scratch_release(r, s);
             kvr_query_result_free(&q);
             return st;
         }
-        out->booked_prefill_tokens = isl;
-        out->booked_blocks = blocks;
+        out->booked_prefill_tokens = prefill;
+        out->booked_blocks = added;
     }
     pthread_mutex_unlock(&r->mu);
+    free(unique);
+    route_scratch_release(r, s);
 
     const kvr_query_entry *e = &q.entries[pick];
     out->worker_id = e->worker_id;

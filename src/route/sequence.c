@@ -148,11 +148,14 @@ int route_match_profiles(route_scratch *s, kvr_index *idx, uint32_t block_size,
             seq = padded;
         }
         size_t nb = kvr_hash_block_count(pr->n_tokens, block_size, pr->eagle);
-        if (route_grow((void **)&s->hashes, &s->hashes_cap, nb ? nb : 1, sizeof *s->hashes) < 0)
+        /* Each profile keeps its hashes: the route path books the chosen
+         * worker's blocks by them without hashing the tokens again. */
+        if (route_grow((void **)&pr->hashes, &pr->hashes_cap, nb ? nb : 1, sizeof *pr->hashes) < 0)
             return -1;
-        kvr_hash_blocks(seq, pr->n_tokens, block_size, pr->eagle, pr->seed, s->hashes, nb);
+        kvr_hash_blocks(seq, pr->n_tokens, block_size, pr->eagle, pr->seed, pr->hashes, nb);
+        pr->n_blocks = nb;
         const kvr_match_entry *m = NULL;
-        size_t nm = nb ? kvr_index_match(idx, s->mctx, s->hashes, nb, &m) : 0;
+        size_t nm = nb ? kvr_index_match(idx, s->mctx, pr->hashes, nb, &m) : 0;
         if (route_grow((void **)&pr->matches, &pr->cap, nm ? nm : 1, sizeof *pr->matches) < 0)
             return -1;
         if (nm)
@@ -160,4 +163,15 @@ int route_match_profiles(route_scratch *s, kvr_index *idx, uint32_t block_size,
         pr->n_matches = nm;
     }
     return 0;
+}
+
+void route_chain_profiles(route_scratch *s)
+{
+    for (size_t p = 0; p < s->n_profiles; p++) {
+        route_profile *pr = &s->profiles[p];
+        /* c0 = h0; ci = chain(c(i-1), hi): a chain hash names the whole
+         * prefix, so equal chain hashes on one worker are one shared block. */
+        for (size_t i = 1; i < pr->n_blocks; i++)
+            pr->hashes[i] = kvr_hash_chain(pr->hashes[i - 1], pr->hashes[i]);
+    }
 }

@@ -108,4 +108,29 @@ static inline kvr_router *rt_router(kvr_indexer *ix, double ttl, uint64_t seed)
     return r;
 }
 
+/* The indexer + router pair every route test starts from. */
+static inline void rt_open(kvr_indexer **ix, kvr_router **r, double ttl, uint64_t seed)
+{
+    *ix = kvr_indexer_create();
+    assert_non_null(*ix);
+    *r = rt_router(*ix, ttl, seed);
+}
+
+static inline void rt_close(kvr_indexer *ix, kvr_router *r)
+{
+    kvr_router_destroy(r);
+    kvr_indexer_destroy(ix);
+}
+
+/* No booking holds anything: block references, their memory, load records. */
+static inline void rt_expect_nothing_held(kvr_router *r)
+{
+    kvr_router_stats st;
+    kvr_router_stats_get(r, &st);
+    assert_int_equal(st.held_blocks, 0);
+    assert_int_equal(st.booked_block_refs, 0);
+    assert_int_equal(st.held_bytes, 0);
+    assert_int_equal(st.load_entries, 0);
+}
+
 #endif

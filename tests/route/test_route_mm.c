@@ -36,8 +36,7 @@ typedef struct {
 static int setup(void **state)
 {
     fx *f = calloc(1, sizeof *f);
-    f->ix = kvr_indexer_create();
-    f->r = rt_router(f->ix, 0, 7);
+    rt_open(&f->ix, &f->r, 0, 7);
     *state = f;
     return 0;
 }
@@ -45,8 +44,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fx *f = *state;
-    kvr_router_destroy(f->r);
-    kvr_indexer_destroy(f->ix);
+    rt_close(f->ix, f->r);
     free(f);
     return 0;
 }

@@ -1,5 +1,9 @@
 /* Selection and bookings (SPEC §8): cost, tie-break, sampling, pins,
- * allow-lists, /prefill_done, /free and TTL expiry. */
+ * allow-lists, /prefill_done, /free and TTL expiry. Costs include the
+ * request's own new blocks (4 for a 16-token prompt that no active request
+ * on that worker shares), and bookings hold uncached prefill tokens and
+ * distinct blocks (Dynamo ActiveSequences semantics); the shared-prefix and
+ * memory tests are in test_route_load.c. */
 #include <math.h>
 #include <pthread.h>
 #include <time.h>
@@ -18,8 +22,7 @@ typedef struct {
 static fx *make(double ttl, uint64_t seed)
 {
     fx *f = calloc(1, sizeof *f);
-    f->ix = kvr_indexer_create();
-    f->r = rt_router(f->ix, ttl, seed);
+    rt_open(&f->ix, &f->r, ttl, seed);
     for (uint32_t i = 0; i < N; i++)
         f->tokens[i] = 500 + i;
     return f;
@@ -34,8 +37,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fx *f = *state;
-    kvr_router_destroy(f->r);
-    kvr_indexer_destroy(f->ix);
+    rt_close(f->ix, f->r);
     free(f);
     return 0;
 }
@@ -83,9 +85,11 @@ static void test_overlap_wins_when_idle(void **state)
     assert_int_equal(d.overlap_tokens, 16);
     assert_int_equal(d.n_costs, 2);
     for (size_t i = 0; i < d.n_costs; i++) {
-        /* cost = max(0, 16/4 - overlap) + 0 */
-        double want = d.costs[i].worker_id == 1 ? 0.0 : 3.0;
+        /* cost = max(0, 16/4 - overlap) + 0 active + 4 new blocks (was
+         * 0 / 3 before the request's own blocks counted) */
+        double want = d.costs[i].worker_id == 1 ? 4.0 : 7.0;
         assert_true(fabs(d.costs[i].cost - want) < 1e-9);
+        assert_int_equal(d.costs[i].new_blocks, 4);
     }
     kvr_route_decision_free(&d);
 }
@@ -95,22 +99,27 @@ static void test_booking_shifts_next_request_when_load_dominates(void **state)
     fx *f = *state;
     worker_with(f, 1, 4);
     worker_with(f, 2, 0);
+    /* A fully cached prompt books no prefill, and an identical request
+     * shares its 4 prompt blocks, so only output blocks (held per request)
+     * can push the next one away: osl 20 -> ceil((16 - 16 + 20) / 4) = 5. */
     kvr_route_request rq = req_of(f, "r1");
+    rq.osl = 20;
     kvr_route_decision d = route_ok(f, &rq);
     assert_int_equal(d.worker_id, 1);
-    assert_int_equal(d.booked_prefill_tokens, 16);
-    assert_int_equal(d.booked_blocks, 4);
+    assert_int_equal(d.booked_prefill_tokens, 0);
+    assert_int_equal(d.booked_blocks, 9);
     kvr_worker_load load;
     kvr_router_load(f->r, RT_MODEL, NULL, 1, 0, &load);
-    assert_int_equal(load.active_prefill_tokens, 16);
-    assert_int_equal(load.active_decode_blocks, 4);
+    assert_int_equal(load.active_prefill_tokens, 0);
+    assert_int_equal(load.active_decode_blocks, 9);
     assert_int_equal(load.bookings, 1);
 
-    /* worker 1: max(0, 32/4 - 4) + 4 = 8; worker 2: 4 + 0 = 4 */
+    /* worker 1: max(0, 16/4 - 4) + 9 active + 5 new = 14;
+     * worker 2: 4 + 0 + 9 new = 13 */
     rq.request_id = "r2";
     d = route_ok(f, &rq);
     assert_int_equal(d.worker_id, 2);
-    assert_true(fabs(d.cost - 4.0) < 1e-9);
+    assert_true(fabs(d.cost - 13.0) < 1e-9);
     kvr_route_decision_free(&d);
 }
 
@@ -126,7 +135,8 @@ static void test_booking_does_not_shift_when_overlap_dominates(void **state)
     rq.has_prefill_load_scale = true;
     kvr_route_decision d = route_ok(f, &rq);
     assert_int_equal(d.worker_id, 1);
-    /* worker 1: 2*max(0, 8 - 2*4) + 4 = 4; worker 2: 2*4 = 8 */
+    /* worker 1: 2*max(0, 4 - 2*4) + 4 active + 0 new (r1's blocks) = 4;
+     * worker 2: 2*4 + 0 + 4 new = 12 (r1's prefill is cached: none booked) */
     rq.request_id = "r2";
     d = route_ok(f, &rq);
     assert_int_equal(d.worker_id, 1);
@@ -154,10 +164,12 @@ static void test_free_restores_state(void **state)
     assert_int_equal(load.active_prefill_tokens, 0);
     assert_int_equal(load.active_decode_blocks, 0);
     assert_int_equal(load.bookings, 0);
-    /* The same id can be booked again, and lands where an idle fleet puts it. */
+    rt_expect_nothing_held(f->r);
+    /* The same id can be booked again, and lands where an idle fleet puts
+     * it: only its own 4 blocks count (was 0 before they counted). */
     d = route_ok(f, &rq);
     assert_int_equal(d.worker_id, 1);
-    assert_true(fabs(d.cost) < 1e-9);
+    assert_true(fabs(d.cost - 4.0) < 1e-9);
     kvr_router_stats st;
     kvr_router_stats_get(f->r, &st);
     assert_int_equal(st.bookings_active, 1);
@@ -167,29 +179,37 @@ static void test_free_restores_state(void **state)
 static void test_prefill_done_moves_load_to_decode(void **state)
 {
     fx *f = *state;
-    worker_with(f, 1, 4);
+    /* Worker 1 caches 3 of the 4 blocks: p1 books the 4 uncached tokens
+     * (the whole prompt's 16 before uncached booking). */
+    worker_with(f, 1, 3);
     worker_with(f, 2, 0);
     kvr_route_request rq = req_of(f, "p1");
-    rq.osl = 8; /* blocks = ceil((16 + 8) / 4) = 6 */
+    rq.osl = 8; /* blocks = 4 prompt + ceil(8 / 4) output = 6 */
     kvr_route_decision d = route_ok(f, &rq);
     assert_int_equal(d.worker_id, 1);
     assert_int_equal(d.booked_blocks, 6);
+    assert_int_equal(d.booked_prefill_tokens, 4);
+    kvr_worker_load load;
+    kvr_router_load(f->r, RT_MODEL, NULL, 1, 0, &load);
+    assert_int_equal(load.active_prefill_tokens, 4);
     assert_int_equal(kvr_router_prefill_done(f->r, "p1"), KVR_ROUTE_OK);
     assert_int_equal(kvr_router_prefill_done(f->r, "p1"), KVR_ROUTE_OK); /* idempotent */
-    kvr_worker_load load;
     kvr_router_load(f->r, RT_MODEL, NULL, 1, 0, &load);
     assert_int_equal(load.active_prefill_tokens, 0);
     assert_int_equal(load.active_decode_blocks, 6);
-    /* worker 1: max(0, 4 - 4) + 6 = 6 > worker 2: 4 */
+    /* An osl-0 probe. worker 1: max(0, 4 - 3) + 6 active + 0 new (p1 holds
+     * all 4 prompt blocks) = 7; worker 2: 4 + 0 + 4 = 8. (Before shared
+     * blocks counted once, worker 1 cost 6 + its overlap and lost.) */
     rq.request_id = NULL;
     rq.osl = 0;
     rq.debug = true;
     d = route_ok(f, &rq);
-    assert_int_equal(d.worker_id, 2);
+    assert_int_equal(d.worker_id, 1);
     for (size_t i = 0; i < d.n_costs; i++)
         if (d.costs[i].worker_id == 1) {
             assert_int_equal(d.costs[i].active_decode_blocks, 6);
-            assert_true(fabs(d.costs[i].cost - 6.0) < 1e-9);
+            assert_int_equal(d.costs[i].new_blocks, 0);
+            assert_true(fabs(d.costs[i].cost - 7.0) < 1e-9);
         }
     kvr_route_decision_free(&d);
     assert_int_equal(kvr_router_release(f->r, "p1"), KVR_ROUTE_OK);
@@ -208,6 +228,11 @@ static void test_bookings_expire_after_ttl(void **state)
     kvr_worker_load load;
     kvr_router_load(f->r, RT_MODEL, NULL, 1, 0, &load);
     assert_int_equal(load.bookings, 1);
+    assert_int_equal(load.active_decode_blocks, 4);
+    kvr_router_stats hs;
+    kvr_router_stats_get(f->r, &hs);
+    assert_int_equal(hs.held_blocks, 4);
+    assert_int_equal(hs.booked_block_refs, 4);
     /* Poll the sweep rather than sleep a fixed time. */
     size_t expired = 0;
     for (int i = 0; i < 200 && !expired; i++) {
@@ -218,11 +243,14 @@ static void test_bookings_expire_after_ttl(void **state)
     kvr_router_load(f->r, RT_MODEL, NULL, 1, 0, &load);
     assert_int_equal(load.bookings, 0);
     assert_int_equal(load.active_prefill_tokens, 0);
+    assert_int_equal(load.active_decode_blocks, 0);
     assert_int_equal(kvr_router_release(f->r, "lost"), KVR_ROUTE_UNKNOWN_ID);
     kvr_router_stats st;
     kvr_router_stats_get(f->r, &st);
     assert_int_equal(st.bookings_expired, 1);
     assert_int_equal(st.bookings_active, 0);
+    /* Expiry drops the block references too, and their memory. */
+    rt_expect_nothing_held(f->r);
 
     /* Lazy expiry: a route after the TTL sees no stale load without a sweep. */
     d = route_ok(f, &rq);
@@ -382,9 +410,10 @@ static void test_cpu_and_disk_reach_earn_weighted_credit(void **state)
             assert_int_equal(d.costs[i].gpu_blocks, 1);
             assert_int_equal(d.costs[i].cpu_blocks, 3);
             assert_int_equal(d.costs[i].disk_blocks, 4);
-            /* credit = 1 + 0.75 * 2 + 0.25 * 1 = 2.75; cost = 4 - 2.75 */
+            /* credit = 1 + 0.75 * 2 + 0.25 * 1 = 2.75; cost = 4 - 2.75
+             * + 4 new blocks (the request's own, now counted) */
             assert_true(fabs(d.costs[i].credit - 2.75) < 1e-9);
-            assert_true(fabs(d.costs[i].cost - 1.25) < 1e-9);
+            assert_true(fabs(d.costs[i].cost - 5.25) < 1e-9);
         }
     kvr_route_decision_free(&d);
 }
@@ -463,6 +492,7 @@ static void test_concurrent_routes_leave_no_load(void **state)
     assert_int_equal(st.load_entries, 0); /* idle load records are freed */
     assert_int_equal(st.bookings_released, 1200);
     assert_int_equal(st.prefill_done, 600);
+    rt_expect_nothing_held(f->r); /* every block reference and its memory came back */
     for (uint64_t id = 1; id <= 2; id++) {
         kvr_worker_load load;
         kvr_router_load(f->r, RT_MODEL, NULL, id, 0, &load);

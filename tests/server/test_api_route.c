@@ -222,14 +222,29 @@ static void test_route_forwarding_and_bookings(void **state)
     json_decref(r);
     free(body);
 
-    /* req-1 (16 tokens, 4 blocks) on worker 1: its load shows in the next
-     * request's debug costs, leaves prefill on /prefill_done, and is gone
-     * after /free. */
+    /* req-3, the same prompt pinned to the idle worker 3, which caches
+     * none of it: 16 uncached prefill tokens. */
+    body = query_body(f, hashq, ", \"request_id\": \"req-3\", \"worker_id\": 3");
+    r = post(f, "/route", body, &st);
+    assert_int_equal(st, 200);
+    assert_int_equal(json_integer_value(json_object_get(r, "worker_id")), 3);
+    json_decref(r);
+    free(body);
+
+    /* req-1 (16 tokens, 4 blocks) on worker 1 and req-3 on worker 3: their
+     * load shows in the next request's debug costs, prefill leaves on
+     * /prefill_done, and everything is gone after /free. Pending prefill
+     * is the uncached tokens: none for req-1, which worker 1 caches whole
+     * (16 when whole prompts were booked). */
     const char *step[] = {NULL, "/prefill_done", "/free"};
-    long want_prefill[] = {16, 0, 0}, want_blocks[] = {4, 4, 0};
+    const uint64_t seen_workers[] = {1, 3};
+    long want_prefill[2][3] = {{0, 0, 0}, {16, 0, 0}}, want_blocks[] = {4, 4, 0};
     for (int i = 0; i < 3; i++) {
         if (step[i]) {
             r = post(f, step[i], "{\"request_id\": \"req-1\"}", &st);
+            assert_int_equal(st, 200);
+            json_decref(r);
+            r = post(f, step[i], "{\"request_id\": \"req-3\"}", &st);
             assert_int_equal(st, 200);
             json_decref(r);
         }
@@ -238,17 +253,20 @@ static void test_route_forwarding_and_bookings(void **state)
         assert_int_equal(st, 200);
         json_t *costs = json_object_get(r, "costs"), *c;
         size_t k;
-        bool seen = false;
+        int seen = 0;
         json_array_foreach(costs, k, c) {
-            if (json_integer_value(json_object_get(c, "worker_id")) != 1)
-                continue;
-            seen = true;
-            assert_int_equal(json_integer_value(json_object_get(c, "active_prefill_tokens")),
-                             want_prefill[i]);
-            assert_int_equal(json_integer_value(json_object_get(c, "active_decode_blocks")),
-                             want_blocks[i]);
+            json_int_t wid = json_integer_value(json_object_get(c, "worker_id"));
+            for (int w = 0; w < 2; w++) {
+                if (wid != (json_int_t)seen_workers[w])
+                    continue;
+                seen++;
+                assert_int_equal(json_integer_value(json_object_get(c, "active_prefill_tokens")),
+                                 want_prefill[w][i]);
+                assert_int_equal(json_integer_value(json_object_get(c, "active_decode_blocks")),
+                                 want_blocks[i]);
+            }
         }
-        assert_true(seen);
+        assert_int_equal(seen, 2);
         json_decref(r);
         free(body);
         json_decref(post(f, "/free", "{\"request_id\": \"probe\"}", &st));
