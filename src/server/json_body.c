@@ -66,26 +66,25 @@ static bool push_span(fast_state *st, span s)
     return true;
 }
 
-/* An integer exactly as JSON writes it (no '+', no leading zeros, no
- * fraction or exponent) with a magnitude below 2^64; returns its end, or
- * NULL for anything else (left to jansson). */
+/* The digits of an integer as JSON writes them (optional '-', no '+', no
+ * leading zeros) with a magnitude below 2^64; returns their end, or NULL
+ * (left to jansson). The caller checks what follows (a fraction or an
+ * exponent is not an integer). */
 static inline const char *lex_int(const char *s, const char *end, bool *neg, uint64_t *out)
 {
     *neg = s < end && *s == '-';
     s += *neg;
-    if (s >= end || *s < '0' || *s > '9' || (*s == '0' && s + 1 < end && s[1] >= '0' && s[1] <= '9'))
-        return NULL;
-    const char *lim = end - s > 19 ? s + 19 : end; /* 19 digits cannot overflow */
+    const char *d = s, *lim = end - s > 19 ? s + 19 : end; /* 19 digits cannot overflow */
     uint64_t v = 0;
-    for (unsigned d; s < lim && (d = (unsigned char)*s - '0') < 10; s++)
-        v = v * 10 + d;
+    for (unsigned c; s < lim && (c = (unsigned char)*s - '0') < 10; s++)
+        v = v * 10 + c;
     if (s < end && *s >= '0' && *s <= '9') {
         uint64_t last = (uint64_t)(*s++ - '0');
         if (v > (UINT64_MAX - last) / 10 || (s < end && *s >= '0' && *s <= '9'))
             return NULL;
         v = v * 10 + last;
     }
-    if (s < end && (*s == '.' || *s == 'e' || *s == 'E'))
+    if (s == d || (*d == '0' && s - d > 1))
         return NULL;
     *out = v;
     return s;
@@ -107,7 +106,7 @@ static size_t try_int_array(fast_state *st, const char *p, const char *end)
                                                                     : (json_int_t)v))
             goto fail;
         while (s < end && is_ws(*s))
-            s++;
+            s++; /* then ']' or ',' (not '.', 'e', 'E') */
         if (s < end && *s == ']')
             break;
         if (s >= end || *s++ != ',')
@@ -128,7 +127,7 @@ static size_t try_u64(fast_state *st, const char *p, const char *end)
     bool neg;
     uint64_t v;
     const char *s = lex_int(p, end, &neg, &v);
-    if (!s || v <= (uint64_t)INT64_MAX)
+    if (!s || v <= (uint64_t)INT64_MAX || (s < end && (*s == '.' || *s == 'e' || *s == 'E')))
         return 0;
     if (!push_val(st, (json_int_t)v) || !push_span(st, (span){0, 0, st->n_vals - 1, 1, false}))
         return 0;
@@ -377,15 +376,19 @@ kvr_json_vec_status kvr_json_body_u32(const kvr_json_body *b, const char *key, s
     uint32_t *o = malloc((cnt ? cnt : 1) * sizeof *o);
     if (!o)
         return KVR_JSON_VEC_NOMEM;
-    for (size_t i = 0; i < cnt; i++) {
-        json_t *t = v ? NULL : json_array_get(arr, i);
-        json_int_t x = v ? v[i] : json_is_integer(t) ? json_integer_value(t) : -1;
-        if (x < 0 || x > (json_int_t)UINT32_MAX) {
-            free(o);
-            *bad = i;
-            return KVR_JSON_VEC_BAD_ELEM;
-        }
-        o[i] = (uint32_t)x;
+    size_t i = 0;
+    if (v) /* the hot case: a loop the compiler can keep tight */
+        for (; i < cnt && (uint64_t)v[i] <= UINT32_MAX; i++)
+            o[i] = (uint32_t)v[i];
+    else
+        for (json_t *t; i < cnt && json_is_integer(t = json_array_get(arr, i)) &&
+                        (uint64_t)json_integer_value(t) <= UINT32_MAX;
+             i++)
+            o[i] = (uint32_t)json_integer_value(t);
+    if (i < cnt) {
+        free(o);
+        *bad = i;
+        return KVR_JSON_VEC_BAD_ELEM;
     }
     *out = o;
     *n = cnt;
