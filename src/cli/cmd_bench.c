@@ -16,12 +16,16 @@
 static const char bench_usage[] =
     "usage: kvrouter bench [--trace FILE] [--workers W] [--capacity BLOCKS]\n"
     "                      [--block-size B] [--threads T] [--limit N] [--seed S]\n"
+    "                      [--granularity sglang|vllm] [--pipeline]\n"
     "                      [--emit-events OUT.jsonl] [--events FILE]\n"
     "\n"
     "Builds the event stream of a simulated fleet for a Mooncake trace (default\n"
     "data/conversation_trace.jsonl): each request goes to a worker drawn uniformly\n"
     "(seeded), each worker runs an LRU prefix cache of BLOCKS blocks (default 16384)\n"
     "and publishes its stores/removes; one match per request precedes its store.\n"
+    "--granularity sglang (default) publishes one store per block (parent = the\n"
+    "previous block) and one remove per evicted block, as SGLang does; vllm one\n"
+    "event per batch of blocks. The checksum is the same for both.\n"
     "Then replays the stream through the index on one thread and reports ops/s\n"
     "(events + matches), block ops/s, match latency, bytes per (worker, block)\n"
     "ownership and a checksum (sum of matched gpu blocks over all matches and\n"
@@ -61,12 +65,14 @@ int kvr_cmd_bench(int argc, char **argv)
 {
     const char *trace_path = "data/conversation_trace.jsonl", *emit = NULL, *events = NULL;
     uint64_t workers = 1000, capacity = 16384, block_size = 16, threads = 1, limit = 0, seed = 42;
+    kvr_bench_granularity gran = KVR_BENCH_SGLANG;
     static const struct option opts[] = {
         {"trace", required_argument, NULL, 't'},    {"workers", required_argument, NULL, 'w'},
         {"capacity", required_argument, NULL, 'c'}, {"block-size", required_argument, NULL, 'b'},
         {"threads", required_argument, NULL, 'T'},  {"limit", required_argument, NULL, 'l'},
         {"seed", required_argument, NULL, 's'},     {"emit-events", required_argument, NULL, 'e'},
         {"events", required_argument, NULL, 'E'},   {"help", no_argument, NULL, 'h'},
+        {"granularity", required_argument, NULL, 'g'},
         {NULL, 0, NULL, 0},
     };
     optind = 1;
@@ -84,6 +90,11 @@ int kvr_cmd_bench(int argc, char **argv)
         case 'T': bad = parse_num(optarg, 1, 256, &threads); break;
         case 'l': bad = parse_num(optarg, 0, UINT32_MAX, &limit); break;
         case 's': bad = parse_num(optarg, 0, UINT64_MAX, &seed); break;
+        case 'g':
+            bad = strcmp(optarg, "sglang") == 0 ? (gran = KVR_BENCH_SGLANG, 0)
+                  : strcmp(optarg, "vllm") == 0 ? (gran = KVR_BENCH_VLLM, 0)
+                                                : -1;
+            break;
         case 'h': fputs(bench_usage, stdout); return 0;
         default: return bench_fail("unknown option or missing value", argv[optind - 1]);
         }
@@ -110,7 +121,8 @@ int kvr_cmd_bench(int argc, char **argv)
             fprintf(stderr, "kvrouter bench: %s\n", err);
             return 1;
         }
-        kvr_bench_config cfg = {(uint32_t)workers, (size_t)capacity, (uint32_t)block_size, seed};
+        kvr_bench_config cfg = {(uint32_t)workers, (size_t)capacity, (uint32_t)block_size, seed,
+                                gran, false};
         int rc = kvr_bench_build(&t, &cfg, &s);
         kvr_trace_free(&t);
         if (rc < 0) {
@@ -146,8 +158,11 @@ int kvr_cmd_bench(int argc, char **argv)
     getrusage(RUSAGE_SELF, &ru);
     double rss_mb = (double)ru.ru_maxrss / 1024.0;
 
-    printf("stream      %s, %" PRIu64 " events + %" PRIu64 " matches, built in %.2f s\n",
-           events ? events : trace_path, r.events, r.matches, build_s);
+    printf("stream      %s, %" PRIu64 " events + %" PRIu64 " matches (%s), built in %.2f s\n",
+           events ? events : trace_path, r.events, r.matches,
+           events ? "from file" : gran == KVR_BENCH_SGLANG ? "sglang: one block per event"
+                                                          : "vllm: multi-block events",
+           build_s);
     /* On a shared machine wall time includes other processes' turns: the
      * per-CPU-second rates show what one core does. */
     double cpu_ops = r.cpu_seconds > 0 ? (double)(r.events + r.matches) / r.cpu_seconds : 0;

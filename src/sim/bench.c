@@ -14,6 +14,7 @@ void kvr_bench_stream_free(kvr_bench_stream *s)
 {
     free(s->ops);
     free(s->pool);
+    free(s->tok);
     memset(s, 0, sizeof *s);
 }
 
@@ -50,41 +51,72 @@ typedef struct {
     kvr_bench_stream *s;
     uint64_t worker;
     const uint64_t *keys, *locals; /* the current request's chain keys and local hashes */
+    const uint32_t *tokens;        /* its tokens, when the stream keeps them */
+    kvr_bench_granularity gran;
     bool oom;
 } sink_ctx;
 
 static void on_evicted(void *ud, const uint64_t *keys, size_t n)
 {
     sink_ctx *c = ud;
-    kvr_bench_op *op = kvr_bench_push_op(c->s, n);
-    if (!op) {
-        c->oom = true;
-        return;
+    /* SGLang: one BlockRemoved per page; vLLM: one for the whole eviction */
+    size_t per = c->gran == KVR_BENCH_SGLANG ? 1 : n;
+    for (size_t i = 0; i < n; i += per) {
+        kvr_bench_op *op = kvr_bench_push_op(c->s, per);
+        if (!op) {
+            c->oom = true;
+            return;
+        }
+        op->kind = KVR_BOP_REMOVE;
+        op->tier = KVR_TIER_GPU;
+        op->worker = c->worker;
+        op->n = (uint32_t)per;
+        memcpy(c->s->pool + op->off, keys + i, per * sizeof *keys);
     }
-    op->kind = KVR_BOP_REMOVE;
-    op->tier = KVR_TIER_GPU;
-    op->worker = c->worker;
-    op->n = (uint32_t)n;
-    memcpy(c->s->pool + op->off, keys, n * sizeof *keys);
+}
+
+static int keep_tokens(kvr_bench_stream *s, const uint32_t *t, size_t n, size_t *off)
+{
+    if (s->tok_len + n > s->tok_cap) {
+        size_t ncap = s->tok_cap ? s->tok_cap : 1 << 16;
+        while (ncap < s->tok_len + n)
+            ncap *= 2;
+        uint32_t *nt = realloc(s->tok, ncap * sizeof *nt);
+        if (!nt)
+            return -1;
+        s->tok = nt;
+        s->tok_cap = ncap;
+    }
+    memcpy(s->tok + s->tok_len, t, n * sizeof *t);
+    *off = s->tok_len;
+    s->tok_len += n;
+    return 0;
 }
 
 static void on_stored(void *ud, bool has_parent, uint64_t parent, const uint64_t *keys, size_t n)
 {
     sink_ctx *c = ud;
-    kvr_bench_op *op = kvr_bench_push_op(c->s, 2 * n);
-    if (!op) {
-        c->oom = true;
-        return;
-    }
-    op->kind = KVR_BOP_STORE;
-    op->tier = KVR_TIER_GPU;
-    op->worker = c->worker;
-    op->has_parent = has_parent;
-    op->parent = parent;
-    op->n = (uint32_t)n;
     size_t first = (size_t)(keys - c->keys); /* the sink hands out a suffix of our keys */
-    memcpy(c->s->pool + op->off, keys, n * sizeof *keys);
-    memcpy(c->s->pool + op->off + n, c->locals + first, n * sizeof *keys);
+    size_t per = c->gran == KVR_BENCH_SGLANG ? 1 : n;
+    for (size_t i = 0; i < n; i += per) {
+        kvr_bench_op *op = kvr_bench_push_op(c->s, 2 * per);
+        if (!op) {
+            c->oom = true;
+            return;
+        }
+        op->kind = KVR_BOP_STORE;
+        op->tier = KVR_TIER_GPU;
+        op->worker = c->worker;
+        /* each page's parent is the page before it */
+        op->has_parent = i ? true : has_parent;
+        op->parent = i ? keys[i - 1] : parent;
+        op->n = (uint32_t)per;
+        memcpy(c->s->pool + op->off, keys + i, per * sizeof *keys);
+        memcpy(c->s->pool + op->off + per, c->locals + first + i, per * sizeof *keys);
+        uint32_t bs = c->s->block_size;
+        if (c->tokens && keep_tokens(c->s, c->tokens + (first + i) * bs, per * bs, &op->tok_off))
+            c->oom = true;
+    }
 }
 
 int kvr_bench_build(const kvr_trace *t, const kvr_bench_config *cfg, kvr_bench_stream *out)
@@ -92,6 +124,7 @@ int kvr_bench_build(const kvr_trace *t, const kvr_bench_config *cfg, kvr_bench_s
     memset(out, 0, sizeof *out);
     if (cfg->workers == 0 || cfg->block_size == 0)
         return -1;
+    out->block_size = cfg->block_size;
     kvr_prefix_cache **caches = calloc(cfg->workers, sizeof *caches);
     size_t max_tokens = 0;
     for (size_t i = 0; i < t->n; i++) {
@@ -126,7 +159,8 @@ int kvr_bench_build(const kvr_trace *t, const kvr_bench_config *cfg, kvr_bench_s
         memcpy(out->pool + op->off, locals, nb * sizeof *locals);
         if (!caches[w] && !(caches[w] = kvr_prefix_cache_create(cfg->capacity)))
             goto out;
-        sink_ctx sc = {out, w, keys, locals, false};
+        sink_ctx sc = {out, w, keys, locals, cfg->keep_tokens ? tokens : NULL, cfg->granularity,
+                       false};
         kvr_prefix_cache_sink sink = {on_stored, on_evicted, &sc};
         kvr_prefix_cache_insert(caches[w], keys, nb, &sink);
         if (sc.oom)

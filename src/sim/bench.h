@@ -25,6 +25,7 @@ typedef struct {
     uint64_t worker;
     uint64_t parent;
     size_t off;      /* into pool: store = n engine then n local; remove/match = n hashes */
+    size_t tok_off;  /* store, when the stream keeps tokens: n * block_size into tok */
 } kvr_bench_op;
 
 typedef struct {
@@ -32,15 +33,27 @@ typedef struct {
     size_t n, cap;
     uint64_t *pool;
     size_t pool_len, pool_cap;
+    /* The stored blocks' tokens (kvr_bench_config.keep_tokens), for replays
+     * that hash them again (--pipeline); NULL otherwise. */
+    uint32_t *tok;
+    size_t tok_len, tok_cap;
+    uint32_t block_size;
 } kvr_bench_stream;
 
 #define KVR_BENCH_SHORT 128
+
+/* How many blocks one event carries. SGLang publishes one BlockStored per
+ * page (parent = the previous page) and one BlockRemoved per evicted page;
+ * vLLM one event per batch of blocks. The checksum does not depend on it. */
+typedef enum { KVR_BENCH_SGLANG = 0, KVR_BENCH_VLLM = 1 } kvr_bench_granularity;
 
 typedef struct {
     uint32_t workers;
     size_t capacity;     /* blocks per mock engine */
     uint32_t block_size;
     uint64_t seed;       /* worker assignment */
+    kvr_bench_granularity granularity;
+    bool keep_tokens;    /* fill kvr_bench_stream.tok */
 } kvr_bench_config;
 
 void kvr_bench_stream_free(kvr_bench_stream *s);

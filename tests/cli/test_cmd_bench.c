@@ -63,6 +63,7 @@ static void test_summary_and_events_round_trip(void **state)
     assert_int_equal(json_integer_value(json_object_get(j, "matches")), 120);
     assert_true(json_integer_value(json_object_get(j, "events")) > 120); /* stores + evictions */
     json_int_t checksum = json_integer_value(json_object_get(j, "checksum"));
+    json_int_t per_block_events = json_integer_value(json_object_get(j, "events"));
     assert_true(checksum > 0);
     assert_true(json_number_value(json_object_get(j, "bytes_per_block")) > 0);
     assert_non_null(json_object_get(j, "concurrent_matches_per_s"));
@@ -74,6 +75,15 @@ static void test_summary_and_events_round_trip(void **state)
     j = last_line_json(r->out);
     assert_int_equal(json_integer_value(json_object_get(j, "checksum")), checksum);
     assert_int_equal(json_integer_value(json_object_get(j, "matches")), 120);
+    json_decref(j);
+
+    /* multi-block events: fewer events, the same matches */
+    run(r, "bench --limit 120 --workers 6 --capacity 400 --granularity vllm");
+    assert_int_equal(r->status, 0);
+    j = last_line_json(r->out);
+    assert_int_equal(json_integer_value(json_object_get(j, "checksum")), checksum);
+    json_int_t multi_events = json_integer_value(json_object_get(j, "events"));
+    assert_true(multi_events > 0 && multi_events < per_block_events);
     json_decref(j);
     unlink(events);
     free(r);
@@ -88,6 +98,9 @@ static void test_usage_errors(void **state)
     assert_non_null(strstr(r->out, "--workers"));
     run(r, "bench --bogus");
     assert_int_equal(r->status, 2);
+    run(r, "bench --granularity page");
+    assert_int_equal(r->status, 2);
+    assert_non_null(strstr(r->out, "--granularity"));
     run(r, "bench --events /nonexistent/events.jsonl");
     assert_int_equal(r->status, 1);
     assert_non_null(strstr(r->out, "/nonexistent/events.jsonl"));

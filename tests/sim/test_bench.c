@@ -13,16 +13,22 @@
 
 #define WORKERS 8
 
-static void build(kvr_bench_stream *s, size_t limit, size_t capacity)
+static void build_gran(kvr_bench_stream *s, size_t limit, size_t capacity,
+                       kvr_bench_granularity gran, bool keep_tokens)
 {
     kvr_trace t;
     char err[256];
     assert_int_equal(
         kvr_trace_load(kvr_test_path("data/conversation_trace.jsonl"), limit, &t, err, sizeof err),
         0);
-    kvr_bench_config cfg = {WORKERS, capacity, 16, 42};
+    kvr_bench_config cfg = {WORKERS, capacity, 16, 42, gran, keep_tokens};
     assert_int_equal(kvr_bench_build(&t, &cfg, s), 0);
     kvr_trace_free(&t);
+}
+
+static void build(kvr_bench_stream *s, size_t limit, size_t capacity)
+{
+    build_gran(s, limit, capacity, KVR_BENCH_SGLANG, false);
 }
 
 /* Checksum of the stream replayed through the naive model. */
@@ -146,6 +152,58 @@ static void test_checksum_matches_reference_through_file(void **state)
     kvr_bench_stream_free(&s);
 }
 
+/* One block per event (SGLang) and multi-block events (vLLM) describe the
+ * same cache changes: same blocks, same matches, same checksum, and both
+ * agree with the naive model. */
+static void test_granularities_share_the_checksum(void **state)
+{
+    (void)state;
+    kvr_bench_stream sg, vl;
+    build_gran(&sg, 150, 300, KVR_BENCH_SGLANG, false);
+    build_gran(&vl, 150, 300, KVR_BENCH_VLLM, false);
+    size_t sg_blocks = 0, vl_blocks = 0, vl_multi = 0, vl_removes = 0, sg_removes = 0,
+           sg_linked = 0;
+    for (size_t i = 0; i < sg.n; i++) {
+        const kvr_bench_op *op = &sg.ops[i];
+        if (op->kind == KVR_BOP_MATCH)
+            continue;
+        assert_int_equal(op->n, 1);
+        sg_blocks += op->n;
+        sg_removes += op->kind == KVR_BOP_REMOVE;
+        /* a page after the first of its store links to the page before it */
+        sg_linked += op->kind == KVR_BOP_STORE && sg.ops[i - 1].kind == KVR_BOP_STORE &&
+                     op->has_parent && op->parent == sg.pool[sg.ops[i - 1].off];
+    }
+    assert_true(sg_linked > sg_blocks / 2);
+    for (size_t i = 0; i < vl.n; i++) {
+        const kvr_bench_op *op = &vl.ops[i];
+        if (op->kind == KVR_BOP_MATCH)
+            continue;
+        vl_blocks += op->n;
+        vl_multi += op->n > 1;
+        vl_removes += op->kind == KVR_BOP_REMOVE;
+    }
+    assert_int_equal(sg_blocks, vl_blocks);
+    assert_true(vl_multi > 0);
+    assert_true(sg_removes > vl_removes && vl_removes > 0);
+    assert_true(sg.n > vl.n);
+
+    kvr_bench_result a = {0}, b = {0};
+    assert_int_equal(kvr_bench_replay(&sg, &a), 0);
+    assert_int_equal(kvr_bench_replay(&vl, &b), 0);
+    assert_int_equal(a.matches, 150);
+    assert_int_equal(a.parent_not_found, 0);
+    assert_int_equal(b.parent_not_found, 0);
+    assert_int_equal(a.event_blocks, b.event_blocks);
+    assert_true(a.checksum > 0);
+    assert_int_equal(a.checksum, b.checksum);
+    assert_int_equal(model_checksum(&sg), a.checksum);
+    assert_int_equal(model_checksum(&vl), b.checksum);
+    assert_int_equal(a.stats.ownerships, b.stats.ownerships);
+    kvr_bench_stream_free(&sg);
+    kvr_bench_stream_free(&vl);
+}
+
 static void test_concurrent_replay_reports_both_rates(void **state)
 {
     (void)state;
@@ -208,6 +266,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_checksum_matches_reference_through_file),
+        cmocka_unit_test(test_granularities_share_the_checksum),
         cmocka_unit_test(test_concurrent_replay_reports_both_rates),
         cmocka_unit_test(test_events_reader_rejects_bad_lines),
     };
