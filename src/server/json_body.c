@@ -312,10 +312,15 @@ int kvr_json_body_parse(const char *buf, size_t len, size_t flags, const kvr_jso
         char *text = substitute(buf, len, &st, jprefix, &n);
         out->root = text ? json_loadb(text, n, flags, err) : NULL;
         free(text);
+        json_t *rep = NULL; /* the whole body was one array (JSON_DECODE_ANY) */
         if (out->root && ((opts->vec_keys && json_is_object(out->root) &&
                            !keep_vecs(out, opts->vec_keys, &c)) ||
-                          !splice(out->root, &c)))
+                          !visit(out->root, &c, &rep)))
             kvr_json_body_free(out);
+        if (rep) {
+            json_decref(out->root);
+            out->root = rep;
+        }
     }
     free(st.spans);
     if (out->n_vecs)

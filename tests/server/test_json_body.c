@@ -114,6 +114,13 @@ static void test_long_arrays_equal(void **state)
     same_as_jansson(doc);
     snprintf(doc, cap, "[%s]", neg); /* top-level array */
     same_as_jansson(doc);
+    json_t *any = kvr_json_load_body(doc + 1, strlen(doc) - 2, JSON_DECODE_ANY, NULL);
+    assert_null(any); /* "-1000000 , ...": not one value */
+    any = kvr_json_load_body(doc, strlen(doc), JSON_DECODE_ANY, NULL);
+    json_t *want = json_loadb(doc, strlen(doc), JSON_DECODE_ANY, NULL);
+    assert_true(json_equal(any, want));
+    json_decref(any);
+    json_decref(want);
     snprintf(doc, cap, "{\"a\":\"\\\"[%s]\"}", neg); /* escaped quote before */
     same_as_jansson(doc);
     free(doc);
