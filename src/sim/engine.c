@@ -66,6 +66,7 @@ kvr_sim_engine *kvr_sim_engine_create(const kvr_sim_engine_config *cfg, char *er
     e->last_seq = -1;
     kvr_sim_host_init(e);
     kvr_sim_events_init(&e->ev);
+    e->ev.per_block = cfg->wire == KVR_WIRE_SGLANG;
     e->gpu = kvr_prefix_cache_create(cfg->gpu_capacity);
     if (!e->gpu) {
         snprintf(err, errlen, "cannot create a cache of %zu blocks", cfg->gpu_capacity);

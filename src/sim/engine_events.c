@@ -60,8 +60,8 @@ static kvr_sim_event_rec *new_rec(kvr_sim_events *ev)
     return r;
 }
 
-int kvr_sim_events_store(kvr_sim_events *ev, kvr_tier tier, bool has_parent, uint64_t parent,
-                         const uint64_t *hashes, size_t nh, const uint64_t *tokens, size_t nt)
+static int store_one(kvr_sim_events *ev, kvr_tier tier, bool has_parent, uint64_t parent,
+                     const uint64_t *hashes, size_t nh, const uint64_t *tokens, size_t nt)
 {
     kvr_sim_event_rec *r = new_rec(ev);
     if (!r || pool_append(ev, hashes, nh, &r->h_off) != 0 ||
@@ -77,8 +77,40 @@ int kvr_sim_events_store(kvr_sim_events *ev, kvr_tier tier, bool has_parent, uin
     return 0;
 }
 
+int kvr_sim_events_store(kvr_sim_events *ev, kvr_tier tier, bool has_parent, uint64_t parent,
+                         const uint64_t *hashes, size_t nh, const uint64_t *tokens, size_t nt)
+{
+    if (!ev->per_block || nh < 2)
+        return store_one(ev, tier, has_parent, parent, hashes, nh, tokens, nt);
+    /* nt is nh*B (+1 for Eagle's overlap token), so B and the overlap follow */
+    size_t B = nt / nh, window = B + (nt - nh * B);
+    for (size_t i = 0; i < nh; i++)
+        if (store_one(ev, tier, i ? true : has_parent, i ? hashes[i - 1] : parent, hashes + i, 1,
+                      tokens + i * B, window) != 0)
+            return -1;
+    return 0;
+}
+
+static int push_removal(kvr_sim_events *ev, kvr_tier tier, const uint64_t *hashes, size_t nh)
+{
+    kvr_sim_event_rec *r = new_rec(ev);
+    if (!r || pool_append(ev, hashes, nh, &r->h_off) != 0)
+        return -1;
+    r->type = KVR_EV_REMOVED;
+    r->tier = tier;
+    r->nh = nh;
+    ev->n++;
+    return 0;
+}
+
 int kvr_sim_events_remove(kvr_sim_events *ev, kvr_tier tier, const uint64_t *hashes, size_t nh)
 {
+    if (ev->per_block) {
+        for (size_t i = 0; i < nh; i++)
+            if (push_removal(ev, tier, hashes + i, 1) != 0)
+                return -1;
+        return 0;
+    }
     if (ev->n > 0) {
         kvr_sim_event_rec *last = &ev->recs[ev->n - 1];
         if (last->type == KVR_EV_REMOVED && last->tier == tier &&
@@ -90,14 +122,7 @@ int kvr_sim_events_remove(kvr_sim_events *ev, kvr_tier tier, const uint64_t *has
             return 0;
         }
     }
-    kvr_sim_event_rec *r = new_rec(ev);
-    if (!r || pool_append(ev, hashes, nh, &r->h_off) != 0)
-        return -1;
-    r->type = KVR_EV_REMOVED;
-    r->tier = tier;
-    r->nh = nh;
-    ev->n++;
-    return 0;
+    return push_removal(ev, tier, hashes, nh);
 }
 
 int kvr_sim_events_clear(kvr_sim_events *ev)

@@ -26,6 +26,10 @@ typedef struct {
     kvr_raw_event *raw;
     size_t raw_cap;
     kvr_wbuf wbuf;
+    /* SGLang publishes one BlockStored per page (parent = the page before)
+     * and one BlockRemoved per page; set per_block for that, leave it false
+     * for vLLM's multi-block events. */
+    bool per_block;
 } kvr_sim_events;
 
 void kvr_sim_events_init(kvr_sim_events *ev);
@@ -33,10 +37,13 @@ void kvr_sim_events_free(kvr_sim_events *ev);
 void kvr_sim_events_reset(kvr_sim_events *ev);
 size_t kvr_sim_events_count(const kvr_sim_events *ev);
 
-/* tokens: nt tokens covering the stored blocks (n*B, or n*B+1 for Eagle). */
+/* tokens: nt tokens covering the stored blocks (n*B, or n*B+1 for Eagle).
+ * With per_block, block i becomes its own event with tokens [i*B, i*B+W)
+ * (W = B, or B+1 for Eagle). */
 int kvr_sim_events_store(kvr_sim_events *ev, kvr_tier tier, bool has_parent, uint64_t parent,
                          const uint64_t *hashes, size_t nh, const uint64_t *tokens, size_t nt);
-/* Appends to the previous event when it is a removal on the same tier. */
+/* Without per_block, appends to the previous event when it is a removal on
+ * the same tier; with per_block, one event per hash. */
 int kvr_sim_events_remove(kvr_sim_events *ev, kvr_tier tier, const uint64_t *hashes, size_t nh);
 int kvr_sim_events_clear(kvr_sim_events *ev);
 

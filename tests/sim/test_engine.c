@@ -19,13 +19,27 @@ typedef struct {
     unsigned char *payload; /* 1 MiB */
     size_t payload_len;
     uint64_t seq;
+    /* The batch's events with SGLang's per-block events joined back into
+     * runs (a store whose parent is the previous store's last hash, removals
+     * of one tier), so both wire styles check the same cache changes. */
+    bool per_block;
+    uint32_t block_size;
+    kvr_raw_event runs[64];
+    uint32_t n_runs;
+    uint64_t *run_hashes, *run_tokens; /* RUN_CAP each */
 } fixture;
+
+#define RUN_CAP 4096
 
 static void setup_engine(fixture *f, kvr_sim_engine_config *ec)
 {
     memset(f, 0, sizeof *f);
     f->payload = malloc(1 << 20);
-    assert_non_null(f->payload);
+    f->run_hashes = malloc(RUN_CAP * sizeof *f->run_hashes);
+    f->run_tokens = malloc(RUN_CAP * sizeof *f->run_tokens);
+    assert_true(f->payload && f->run_hashes && f->run_tokens);
+    f->per_block = ec->wire == KVR_WIRE_SGLANG;
+    f->block_size = ec->block_size;
     f->zctx = zmq_ctx_new();
     assert_non_null(f->zctx);
     ec->zctx = f->zctx;
@@ -47,12 +61,59 @@ static void teardown_engine(fixture *f)
 {
     kvr_batch_free(&f->batch);
     free(f->payload);
+    free(f->run_hashes);
+    free(f->run_tokens);
     zmq_close(f->sub);
     kvr_sim_engine_destroy(f->eng);
     zmq_ctx_term(f->zctx);
 }
 
-/* Receives one 3-frame message and decodes its batch. */
+static bool joins(const kvr_raw_event *run, const kvr_raw_event *ev)
+{
+    if (run->type != ev->type || run->tier != ev->tier)
+        return false;
+    if (ev->type == KVR_EV_REMOVED)
+        return true;
+    return ev->type == KVR_EV_STORED && ev->has_parent &&
+           ev->parent == run->block_hashes[run->n_block_hashes - 1];
+}
+
+static void build_runs(fixture *f)
+{
+    size_t nh = 0, nt = 0;
+    f->n_runs = 0;
+    for (uint32_t i = 0; i < f->batch.n_events; i++) {
+        const kvr_raw_event *ev = &f->batch.events[i];
+        if (f->per_block && ev->type != KVR_EV_CLEARED) {
+            /* SGLang: one page per event, its own token window */
+            assert_int_equal(ev->n_block_hashes, 1);
+            if (ev->type == KVR_EV_STORED)
+                assert_int_equal(ev->n_token_ids, f->block_size + (ev->eagle ? 1 : 0));
+        }
+        assert_true(nh + ev->n_block_hashes <= RUN_CAP && nt + ev->n_token_ids <= RUN_CAP);
+        kvr_raw_event *run = f->n_runs ? &f->runs[f->n_runs - 1] : NULL;
+        if (f->per_block && run && joins(run, ev)) {
+            /* Eagle windows overlap by one token: keep it once */
+            if (ev->type == KVR_EV_STORED && ev->eagle)
+                nt--, run->n_token_ids--;
+        } else {
+            assert_true(f->n_runs < 64);
+            run = &f->runs[f->n_runs++];
+            *run = *ev;
+            run->block_hashes = f->run_hashes + nh;
+            run->token_ids = f->run_tokens + nt;
+            run->n_block_hashes = run->n_token_ids = 0;
+        }
+        memcpy(f->run_hashes + nh, ev->block_hashes, ev->n_block_hashes * sizeof(uint64_t));
+        memcpy(f->run_tokens + nt, ev->token_ids, ev->n_token_ids * sizeof(uint64_t));
+        nh += ev->n_block_hashes;
+        nt += ev->n_token_ids;
+        run->n_block_hashes += ev->n_block_hashes;
+        run->n_token_ids += ev->n_token_ids;
+    }
+}
+
+/* Receives one 3-frame message, decodes its batch and joins its runs. */
 static void recv_batch(fixture *f)
 {
     zmq_pollitem_t it = {.socket = f->sub, .events = ZMQ_POLLIN};
@@ -76,6 +137,7 @@ static void recv_batch(fixture *f)
     assert_int_equal(kvr_frame_parse(3, seqb, 8, &f->seq), KVR_FRAME_OK);
     assert_int_equal(kvr_batch_decode(&f->batch, f->payload, f->payload_len), KVR_BATCH_OK);
     assert_int_equal(f->batch.n_dropped, 0);
+    build_runs(f);
 }
 
 static void assert_hashes(const kvr_raw_event *ev, const uint64_t *want, size_t n)
@@ -107,8 +169,11 @@ static void check_store_evict(kvr_wire_style style)
     assert_true(f.seq == 0);
     assert_true(f.batch.has_dp_rank);
     assert_int_equal(f.batch.dp_rank, 3);
-    assert_int_equal(f.batch.n_events, 1);
-    const kvr_raw_event *ev = &f.batch.events[0];
+    /* SGLang: one BlockStored per block, each under the one before */
+    bool sglang = style == KVR_WIRE_SGLANG;
+    assert_int_equal(f.batch.n_events, sglang ? 4 : 1);
+    assert_int_equal(f.n_runs, 1);
+    const kvr_raw_event *ev = &f.runs[0];
     assert_int_equal(ev->type, KVR_EV_STORED);
     assert_int_equal(ev->tier, KVR_TIER_GPU);
     assert_false(ev->has_parent);
@@ -131,13 +196,14 @@ static void check_store_evict(kvr_wire_style style)
     assert_int_equal(hit.gpu_blocks, 2);
     recv_batch(&f);
     assert_true(f.seq == 1);
-    assert_int_equal(f.batch.n_events, 2);
-    ev = &f.batch.events[0];
+    assert_int_equal(f.batch.n_events, sglang ? 2 + 6 : 2);
+    assert_int_equal(f.n_runs, 2);
+    ev = &f.runs[0];
     assert_int_equal(ev->type, KVR_EV_REMOVED);
     assert_int_equal(ev->tier, KVR_TIER_GPU);
     uint64_t want_removed[2] = {a_hash[3], a_hash[2]};
     assert_hashes(ev, want_removed, 2);
-    ev = &f.batch.events[1];
+    ev = &f.runs[1];
     assert_int_equal(ev->type, KVR_EV_STORED);
     assert_true(ev->has_parent);
     assert_true(ev->parent == a_hash[1]);
@@ -153,8 +219,8 @@ static void check_store_evict(kvr_wire_style style)
     assert_int_equal(kvr_sim_engine_clear(f.eng), 0);
     recv_batch(&f);
     assert_true(f.seq == 2);
-    assert_int_equal(f.batch.n_events, 1);
-    assert_int_equal(f.batch.events[0].type, KVR_EV_CLEARED);
+    assert_int_equal(f.n_runs, 1);
+    assert_int_equal(f.runs[0].type, KVR_EV_CLEARED);
     assert_int_equal(kvr_sim_engine_gpu_size(f.eng), 0);
     assert_int_equal(kvr_sim_engine_last_seq(f.eng), 2);
     teardown_engine(&f);
@@ -208,22 +274,22 @@ static void test_hicache_moves_evicted_to_cpu(void **state)
      * shared x0 x1 with the first run, so the second links under x1. */
     assert_int_equal(kvr_sim_engine_serve(f.eng, r, 16, &hit), 0);
     recv_batch(&f);
-    assert_int_equal(f.batch.n_events, 4);
-    const kvr_raw_event *ev = &f.batch.events[0];
+    assert_int_equal(f.n_runs, 4);
+    const kvr_raw_event *ev = &f.runs[0];
     uint64_t run1[4] = {hq[0], hq[1], hq[2], hq[3]};
     expect_event(ev, KVR_EV_STORED, KVR_TIER_CPU, run1, 4);
     assert_false(ev->has_parent);
     assert_int_equal(ev->n_token_ids, 16);
     for (int i = 0; i < 16; i++)
         assert_true(ev->token_ids[i] == q[i]);
-    ev = &f.batch.events[1];
+    ev = &f.runs[1];
     uint64_t run2[2] = {hp[2], hp[3]};
     expect_event(ev, KVR_EV_STORED, KVR_TIER_CPU, run2, 2);
     assert_true(ev->has_parent && ev->parent == hp[1]);
     assert_true(ev->token_ids[0] == p[8]);
     uint64_t gone[4] = {hp[3], hp[2], hq[3], hq[2]};
-    expect_event(&f.batch.events[2], KVR_EV_REMOVED, KVR_TIER_GPU, gone, 4);
-    expect_event(&f.batch.events[3], KVR_EV_STORED, KVR_TIER_GPU, hr, 4);
+    expect_event(&f.runs[2], KVR_EV_REMOVED, KVR_TIER_GPU, gone, 4);
+    expect_event(&f.runs[3], KVR_EV_STORED, KVR_TIER_GPU, hr, 4);
     for (int i = 0; i < 4; i++) {
         assert_true(kvr_sim_engine_cpu_contains(f.eng, hp[i]));
         assert_true(kvr_sim_engine_cpu_contains(f.eng, hq[i]));
@@ -242,8 +308,8 @@ static void test_hicache_moves_evicted_to_cpu(void **state)
     assert_int_equal(hit.cpu_blocks, 2);
     recv_batch(&f);
     size_t cpu_removed = 0, cpu_stored = 0, gpu_stored = 0;
-    for (uint32_t i = 0; i < f.batch.n_events; i++) {
-        ev = &f.batch.events[i];
+    for (uint32_t i = 0; i < f.n_runs; i++) {
+        ev = &f.runs[i];
         if (ev->type == KVR_EV_REMOVED && ev->tier == KVR_TIER_CPU)
             cpu_removed += ev->n_block_hashes;
         if (ev->type == KVR_EV_STORED && ev->tier == KVR_TIER_CPU)
@@ -275,7 +341,7 @@ static void test_kimi_wide_tokens(void **state)
     kvr_sim_hit hit;
     assert_int_equal(kvr_sim_engine_serve(f.eng, t, 64, &hit), 0);
     recv_batch(&f);
-    const kvr_raw_event *ev = &f.batch.events[0];
+    const kvr_raw_event *ev = &f.runs[0];
     assert_int_equal(ev->n_token_ids, 64);
     size_t wide = 0;
     for (size_t p = 0; p < 64; p++) {
@@ -312,7 +378,7 @@ static void test_eagle_bigrams(void **state)
     assert_int_equal(kvr_sim_engine_serve(f.eng, t, 13, &hit), 0);
     assert_int_equal(hit.n_blocks, 3); /* (13-1)/4 */
     recv_batch(&f);
-    const kvr_raw_event *ev = &f.batch.events[0];
+    const kvr_raw_event *ev = &f.runs[0];
     assert_true(ev->eagle);
     assert_int_equal(ev->n_block_hashes, 3);
     assert_int_equal(ev->n_token_ids, 13); /* 12 bigrams flattened */
