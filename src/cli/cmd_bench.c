@@ -26,6 +26,10 @@ static const char bench_usage[] =
     "--granularity sglang (default) publishes one store per block (parent = the\n"
     "previous block) and one remove per evicted block, as SGLang does; vllm one\n"
     "event per batch of blocks. The checksum is the same for both.\n"
+    "--pipeline also encodes the stream as msgpack batches (SGLang tagged arrays,\n"
+    "one batch per request's events) and applies them through the library facade\n"
+    "(decode -> normalize -> hash -> index) on one thread, timing decode + apply\n"
+    "only; its matches go through the facade too and must give the same checksum.\n"
     "Then replays the stream through the index on one thread and reports ops/s\n"
     "(events + matches), block ops/s, match latency, bytes per (worker, block)\n"
     "ownership and a checksum (sum of matched gpu blocks over all matches and\n"
@@ -66,13 +70,14 @@ int kvr_cmd_bench(int argc, char **argv)
     const char *trace_path = "data/conversation_trace.jsonl", *emit = NULL, *events = NULL;
     uint64_t workers = 1000, capacity = 16384, block_size = 16, threads = 1, limit = 0, seed = 42;
     kvr_bench_granularity gran = KVR_BENCH_SGLANG;
+    bool pipeline = false;
     static const struct option opts[] = {
         {"trace", required_argument, NULL, 't'},    {"workers", required_argument, NULL, 'w'},
         {"capacity", required_argument, NULL, 'c'}, {"block-size", required_argument, NULL, 'b'},
         {"threads", required_argument, NULL, 'T'},  {"limit", required_argument, NULL, 'l'},
         {"seed", required_argument, NULL, 's'},     {"emit-events", required_argument, NULL, 'e'},
         {"events", required_argument, NULL, 'E'},   {"help", no_argument, NULL, 'h'},
-        {"granularity", required_argument, NULL, 'g'},
+        {"granularity", required_argument, NULL, 'g'}, {"pipeline", no_argument, NULL, 'P'},
         {NULL, 0, NULL, 0},
     };
     optind = 1;
@@ -95,6 +100,7 @@ int kvr_cmd_bench(int argc, char **argv)
                   : strcmp(optarg, "vllm") == 0 ? (gran = KVR_BENCH_VLLM, 0)
                                                 : -1;
             break;
+        case 'P': pipeline = true; break;
         case 'h': fputs(bench_usage, stdout); return 0;
         default: return bench_fail("unknown option or missing value", argv[optind - 1]);
         }
@@ -106,6 +112,8 @@ int kvr_cmd_bench(int argc, char **argv)
     }
     if (optind < argc)
         return bench_fail("unexpected argument", argv[optind]);
+    if (pipeline && events)
+        return bench_fail("--pipeline needs the tokens of a built stream, not --events", NULL);
 
     kvr_bench_stream s;
     char err[512];
@@ -122,7 +130,7 @@ int kvr_cmd_bench(int argc, char **argv)
             return 1;
         }
         kvr_bench_config cfg = {(uint32_t)workers, (size_t)capacity, (uint32_t)block_size, seed,
-                                gran, false};
+                                gran, pipeline};
         int rc = kvr_bench_build(&t, &cfg, &s);
         kvr_trace_free(&t);
         if (rc < 0) {
@@ -146,6 +154,12 @@ int kvr_cmd_bench(int argc, char **argv)
     if (kvr_bench_replay(&s, &r) < 0 ||
         (threads > 1 && kvr_bench_replay_concurrent(&s, (int)threads, &r) < 0)) {
         fprintf(stderr, "kvrouter bench: replay failed (out of memory?)\n");
+        kvr_bench_stream_free(&s);
+        return 1;
+    }
+    kvr_bench_pipeline_result pr = {0};
+    if (pipeline && kvr_bench_pipeline(&s, &pr) < 0) {
+        fprintf(stderr, "kvrouter bench: pipeline replay failed (out of memory?)\n");
         kvr_bench_stream_free(&s);
         return 1;
     }
@@ -194,6 +208,20 @@ int kvr_cmd_bench(int argc, char **argv)
                r.threads, r.conc_events_per_s, r.conc_matches_per_s, r.threads - 1,
                r.conc_match_p50_us, r.conc_match_p99_us, r.reader_waits,
                r.reader_wait_total_ms, r.reader_wait_max_us);
+    bool pipe_ok = !pipeline || (pr.checksum == r.checksum && pr.matches == r.matches);
+    if (pipeline) {
+        printf("pipeline    %" PRIu64 " msgpack batches (%.1f MB), %" PRIu64 " events, %" PRIu64
+               " blocks: decode+apply %.3f s wall, %.3f s cpu\n",
+               pr.batches, (double)pr.bytes / 1048576.0, pr.events, pr.blocks, pr.seconds,
+               pr.cpu_seconds);
+        printf("            %.0f events/s, %.0f blocks/s (%.0f events/cpu-s, %.0f blocks/cpu-s); "
+               "dropped %" PRIu64 "; checksum %" PRIu64 " %s\n",
+               pr.seconds > 0 ? (double)pr.events / pr.seconds : 0,
+               pr.seconds > 0 ? (double)pr.blocks / pr.seconds : 0,
+               pr.cpu_seconds > 0 ? (double)pr.events / pr.cpu_seconds : 0,
+               pr.cpu_seconds > 0 ? (double)pr.blocks / pr.cpu_seconds : 0, pr.events_dropped,
+               pr.checksum, pipe_ok ? "(= plain replay)" : "(DIFFERS from the plain replay)");
+    }
     printf("{\"ops_per_s\": %.0f, \"block_ops_per_s\": %.0f, \"events\": %" PRIu64
            ", \"matches\": %" PRIu64 ", \"match_p50_us\": %.3f, \"match_p99_us\": %.3f, "
            "\"bytes_per_block\": %.2f, \"peak_rss_mb\": %.1f, \"checksum\": %" PRIu64,
@@ -208,6 +236,16 @@ int kvr_cmd_bench(int argc, char **argv)
                "\"reader_waits\": %" PRIu64 ", \"reader_wait_max_us\": %.1f",
                r.threads, r.conc_events_per_s, r.conc_matches_per_s, r.conc_match_p99_us,
                r.reader_waits, r.reader_wait_max_us);
+    if (pipeline)
+        printf(", \"pipeline_events_per_s\": %.0f, \"pipeline_blocks_per_s\": %.0f, "
+               "\"pipeline_events_per_cpu_s\": %.0f, \"pipeline_blocks_per_cpu_s\": %.0f, "
+               "\"pipeline_batches\": %" PRIu64 ", \"pipeline_events_dropped\": %" PRIu64
+               ", \"pipeline_checksum\": %" PRIu64,
+               pr.seconds > 0 ? (double)pr.events / pr.seconds : 0,
+               pr.seconds > 0 ? (double)pr.blocks / pr.seconds : 0,
+               pr.cpu_seconds > 0 ? (double)pr.events / pr.cpu_seconds : 0,
+               pr.cpu_seconds > 0 ? (double)pr.blocks / pr.cpu_seconds : 0, pr.batches,
+               pr.events_dropped, pr.checksum);
     printf("}\n");
-    return 0;
+    return pipe_ok ? 0 : 1;
 }

@@ -92,6 +92,25 @@ typedef struct {
 int kvr_bench_replay(const kvr_bench_stream *s, kvr_bench_result *r);
 int kvr_bench_replay_concurrent(const kvr_bench_stream *s, int threads, kvr_bench_result *r);
 
+/* The stream as msgpack batches (SGLang tagged arrays; one batch per run of
+ * one worker's events between matches, i.e. per request) applied through
+ * the facade (kvr_batch_decode -> kvr_indexer_apply) on this thread; bench
+ * workers register as legacy workers of model "bench" with the stream's
+ * block size. Encoding is untimed; matches run through
+ * kvr_indexer_match_hashes at their place in the stream, untimed, and sum
+ * into checksum (equal to kvr_bench_replay's). Needs a stream built with
+ * keep_tokens. 0 ok, -1 (no tokens, out of memory, registration failed). */
+typedef struct {
+    double seconds, cpu_seconds; /* decode + apply only */
+    uint64_t batches, events, blocks, bytes; /* what was encoded */
+    uint64_t bad_batches;       /* failed to decode (never expected) */
+    uint64_t events_dropped;    /* by the facade, all reasons */
+    uint64_t blocks_applied;    /* blocks stored + removed per the facade's counters */
+    uint64_t matches, checksum;
+} kvr_bench_pipeline_result;
+
+int kvr_bench_pipeline(const kvr_bench_stream *s, kvr_bench_pipeline_result *r);
+
 /* Internal: append helpers shared by the builder and the reader. */
 kvr_bench_op *kvr_bench_push_op(kvr_bench_stream *s, size_t pool_need);
 

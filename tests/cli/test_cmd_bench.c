@@ -85,6 +85,15 @@ static void test_summary_and_events_round_trip(void **state)
     json_int_t multi_events = json_integer_value(json_object_get(j, "events"));
     assert_true(multi_events > 0 && multi_events < per_block_events);
     json_decref(j);
+
+    /* msgpack batches through the facade index the same blocks */
+    run(r, "bench --limit 120 --workers 6 --capacity 400 --pipeline");
+    assert_int_equal(r->status, 0);
+    j = last_line_json(r->out);
+    assert_int_equal(json_integer_value(json_object_get(j, "pipeline_checksum")), checksum);
+    assert_int_equal(json_integer_value(json_object_get(j, "pipeline_events_dropped")), 0);
+    assert_true(json_number_value(json_object_get(j, "pipeline_events_per_s")) > 0);
+    json_decref(j);
     unlink(events);
     free(r);
 }
@@ -98,6 +107,9 @@ static void test_usage_errors(void **state)
     assert_non_null(strstr(r->out, "--workers"));
     run(r, "bench --bogus");
     assert_int_equal(r->status, 2);
+    run(r, "bench --pipeline --events /tmp/x.jsonl");
+    assert_int_equal(r->status, 2);
+    assert_non_null(strstr(r->out, "--pipeline"));
     run(r, "bench --granularity page");
     assert_int_equal(r->status, 2);
     assert_non_null(strstr(r->out, "--granularity"));

@@ -204,6 +204,43 @@ static void test_granularities_share_the_checksum(void **state)
     kvr_bench_stream_free(&vl);
 }
 
+/* The same stream as real msgpack batches through the facade (decode ->
+ * normalize -> hash the tokens -> index) must index exactly what the direct
+ * replay indexes: equal checksums, nothing dropped, every block applied. */
+static void check_pipeline(kvr_bench_granularity gran)
+{
+    kvr_bench_stream s;
+    build_gran(&s, 120, 300, gran, true);
+    assert_non_null(s.tok);
+    kvr_bench_result r = {0};
+    assert_int_equal(kvr_bench_replay(&s, &r), 0);
+    kvr_bench_pipeline_result p;
+    assert_int_equal(kvr_bench_pipeline(&s, &p), 0);
+    assert_int_equal(p.bad_batches, 0);
+    assert_int_equal(p.events_dropped, 0);
+    assert_int_equal(p.events, r.events);
+    assert_int_equal(p.blocks, r.event_blocks);
+    assert_int_equal(p.blocks_applied, r.event_blocks);
+    assert_true(p.batches > 0 && p.batches <= p.events);
+    assert_int_equal(p.matches, 120);
+    assert_true(r.checksum > 0);
+    assert_int_equal(p.checksum, r.checksum);
+    kvr_bench_stream_free(&s);
+}
+
+static void test_pipeline_through_facade_matches_replay(void **state)
+{
+    (void)state;
+    check_pipeline(KVR_BENCH_SGLANG);
+    check_pipeline(KVR_BENCH_VLLM);
+    /* a stream without tokens cannot be hashed again */
+    kvr_bench_stream s;
+    build(&s, 10, 300);
+    kvr_bench_pipeline_result p;
+    assert_int_equal(kvr_bench_pipeline(&s, &p), -1);
+    kvr_bench_stream_free(&s);
+}
+
 static void test_concurrent_replay_reports_both_rates(void **state)
 {
     (void)state;
@@ -267,6 +304,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_checksum_matches_reference_through_file),
         cmocka_unit_test(test_granularities_share_the_checksum),
+        cmocka_unit_test(test_pipeline_through_facade_matches_replay),
         cmocka_unit_test(test_concurrent_replay_reports_both_rates),
         cmocka_unit_test(test_events_reader_rejects_bad_lines),
     };
