@@ -104,8 +104,10 @@ static void build_runs(fixture *f)
             run->token_ids = f->run_tokens + nt;
             run->n_block_hashes = run->n_token_ids = 0;
         }
-        memcpy(f->run_hashes + nh, ev->block_hashes, ev->n_block_hashes * sizeof(uint64_t));
-        memcpy(f->run_tokens + nt, ev->token_ids, ev->n_token_ids * sizeof(uint64_t));
+        if (ev->n_block_hashes)
+            memcpy(f->run_hashes + nh, ev->block_hashes, ev->n_block_hashes * sizeof(uint64_t));
+        if (ev->n_token_ids) /* removals carry no tokens (NULL) */
+            memcpy(f->run_tokens + nt, ev->token_ids, ev->n_token_ids * sizeof(uint64_t));
         nh += ev->n_block_hashes;
         nt += ev->n_token_ids;
         run->n_block_hashes += ev->n_block_hashes;
