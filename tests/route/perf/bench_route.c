@@ -5,7 +5,9 @@
  *   cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc tests/route/perf/bench_route.c \
  *      -o /tmp/bench_route -LBUILD -lkvr_route -lkvr_index -lkvr_normalize -lkvr_hash \
  *      -lkvr_wire -lkvr_util -lxxhash -l:libmsgpuck.a -lpthread -lm
- *   /tmp/bench_route [seconds] [threads] */
+ *   /tmp/bench_route [seconds] [threads] [held]
+ * held > 0 keeps that many bookings per thread outstanding (each released
+ * `held` routes later), so candidates carry load and shared blocks. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,7 @@
 static uint32_t fam[FAMILIES][TOKENS];
 static kvr_router *router;
 static double seconds = 5;
+static int held = 0;
 
 static double now(void)
 {
@@ -48,6 +51,7 @@ static void *run(void *p)
 {
     thread_arg *a = p;
     char rid[32];
+    char (*ring)[32] = held > 0 ? calloc((size_t)held, sizeof *ring) : NULL;
     double end = now() + seconds;
     uint64_t x = 88172645463325252ull + (uint64_t)a->id;
     while (now() < end) {
@@ -66,13 +70,20 @@ static void *run(void *p)
             exit(1);
         }
         double t1 = now();
-        kvr_router_release(router, rid);
+        if (ring) {
+            char *slot = ring[a->n % (size_t)held];
+            if (slot[0])
+                kvr_router_release(router, slot);
+            memcpy(slot, rid, sizeof rid);
+        } else
+            kvr_router_release(router, rid);
         if (a->n == a->cap) {
             a->cap = a->cap ? 2 * a->cap : 1 << 16;
             a->lat = realloc(a->lat, a->cap * sizeof *a->lat);
         }
         a->lat[a->n++] = t1 - t0;
     }
+    free(ring);
     return NULL;
 }
 
@@ -83,6 +94,8 @@ int main(int argc, char **argv)
     int nt = argc > 2 ? atoi(argv[2]) : 2;
     if (nt < 1 || nt > 16)
         nt = 2;
+    if (argc > 3)
+        held = atoi(argv[3]);
     kvr_indexer *ix = kvr_indexer_create();
     for (int f = 0; f < FAMILIES; f++)
         for (int i = 0; i < TOKENS; i++)
@@ -132,9 +145,9 @@ int main(int argc, char **argv)
         free(args[i].lat);
     }
     qsort(all, total, sizeof *all, cmp_d);
-    printf("kvr_route: %d threads, %d workers, %d-token prompts, block %d: %.0f routes/s, "
-           "p50 %.1f us, p99 %.1f us\n",
-           nt, WORKERS, TOKENS, BS, (double)total / el, all[total / 2] * 1e6,
+    printf("kvr_route: %d threads, %d workers, %d-token prompts, block %d, %d held/thread: "
+           "%.0f routes/s, p50 %.1f us, p99 %.1f us\n",
+           nt, WORKERS, TOKENS, BS, held, (double)total / el, all[total / 2] * 1e6,
            all[total * 99 / 100] * 1e6);
     free(all);
     kvr_router_destroy(router);
