@@ -16,7 +16,7 @@
 static const char bench_usage[] =
     "usage: kvrouter bench [--trace FILE] [--workers W] [--capacity BLOCKS]\n"
     "                      [--block-size B] [--threads T] [--limit N] [--seed S]\n"
-    "                      [--granularity sglang|vllm] [--pipeline]\n"
+    "                      [--granularity sglang|vllm] [--pipeline] [--coalesce N]\n"
     "                      [--emit-events OUT.jsonl] [--events FILE]\n"
     "\n"
     "Builds the event stream of a simulated fleet for a Mooncake trace (default\n"
@@ -30,6 +30,9 @@ static const char bench_usage[] =
     "one batch per request's events) and applies them through the library facade\n"
     "(decode -> normalize -> hash -> index) on one thread, timing decode + apply\n"
     "only; its matches go through the facade too and must give the same checksum.\n"
+    "--coalesce N (experiment) hands a run of stores that continue each other\n"
+    "(same worker, each parented on the one before) to the index as one store of\n"
+    "up to N blocks in the single-thread replay; events are still counted one by one.\n"
     "Then replays the stream through the index on one thread and reports ops/s\n"
     "(events + matches), block ops/s, match latency, bytes per (worker, block)\n"
     "ownership and a checksum (sum of matched gpu blocks over all matches and\n"
@@ -71,6 +74,7 @@ int kvr_cmd_bench(int argc, char **argv)
     uint64_t workers = 1000, capacity = 16384, block_size = 16, threads = 1, limit = 0, seed = 42;
     kvr_bench_granularity gran = KVR_BENCH_SGLANG;
     bool pipeline = false;
+    uint64_t coalesce = 0;
     static const struct option opts[] = {
         {"trace", required_argument, NULL, 't'},    {"workers", required_argument, NULL, 'w'},
         {"capacity", required_argument, NULL, 'c'}, {"block-size", required_argument, NULL, 'b'},
@@ -78,6 +82,7 @@ int kvr_cmd_bench(int argc, char **argv)
         {"seed", required_argument, NULL, 's'},     {"emit-events", required_argument, NULL, 'e'},
         {"events", required_argument, NULL, 'E'},   {"help", no_argument, NULL, 'h'},
         {"granularity", required_argument, NULL, 'g'}, {"pipeline", no_argument, NULL, 'P'},
+        {"coalesce", required_argument, NULL, 'C'},
         {NULL, 0, NULL, 0},
     };
     optind = 1;
@@ -101,6 +106,7 @@ int kvr_cmd_bench(int argc, char **argv)
                                                 : -1;
             break;
         case 'P': pipeline = true; break;
+        case 'C': bad = parse_num(optarg, 0, 65536, &coalesce); break;
         case 'h': fputs(bench_usage, stdout); return 0;
         default: return bench_fail("unknown option or missing value", argv[optind - 1]);
         }
@@ -151,7 +157,7 @@ int kvr_cmd_bench(int argc, char **argv)
         fclose(f);
     }
     kvr_bench_result r = {0};
-    if (kvr_bench_replay(&s, &r) < 0 ||
+    if (kvr_bench_replay_coalesced(&s, (uint32_t)coalesce, &r) < 0 ||
         (threads > 1 && kvr_bench_replay_concurrent(&s, (int)threads, &r) < 0)) {
         fprintf(stderr, "kvrouter bench: replay failed (out of memory?)\n");
         kvr_bench_stream_free(&s);
@@ -182,6 +188,10 @@ int kvr_cmd_bench(int argc, char **argv)
     double cpu_ops = r.cpu_seconds > 0 ? (double)(r.events + r.matches) / r.cpu_seconds : 0;
     double cpu_block_ops =
         r.cpu_seconds > 0 ? (double)(r.event_blocks + r.match_blocks) / r.cpu_seconds : 0;
+    if (coalesce > 1)
+        printf("coalesce    runs of parent-linked stores go to the index as one store of up to "
+               "%" PRIu64 " blocks\n",
+               coalesce);
     printf("replay      1 thread: %.3f s wall, %.0f ops/s, %.0f block ops/s\n", r.seconds, ops,
            block_ops);
     printf("            %.3f s cpu: %.0f ops/cpu-s, %.0f block ops/cpu-s\n", r.cpu_seconds, cpu_ops,

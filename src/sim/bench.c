@@ -245,14 +245,58 @@ static void apply_event(kvr_index *idx, const kvr_bench_stream *s, const kvr_ben
     }
 }
 
+/* End of the run of stores starting at op i that continue each other (same
+ * owner and tier, each parented on the previous one's last block), at most
+ * max_blocks blocks; *blocks gets their count. */
+static size_t store_run(const kvr_bench_stream *s, const kvr_owner *owners, size_t i,
+                        uint32_t max_blocks, size_t *blocks)
+{
+    const kvr_bench_op *a = &s->ops[i];
+    size_t j = i + 1, nb = a->n;
+    for (; j < s->n; j++) {
+        const kvr_bench_op *b = &s->ops[j], *prev = &s->ops[j - 1];
+        if (b->kind != KVR_BOP_STORE || owners[j] != owners[i] || b->tier != a->tier ||
+            !b->has_parent || b->parent != s->pool[prev->off + prev->n - 1] ||
+            nb + b->n > max_blocks)
+            break;
+        nb += b->n;
+    }
+    *blocks = nb;
+    return j;
+}
+
+/* One kvr_index_store for the run [i, end): engine then local hashes of
+ * every op, gathered in scratch (2 * max blocks). */
+static void apply_run(kvr_index *idx, const kvr_bench_stream *s, const kvr_owner *owners,
+                      size_t i, size_t end, size_t nb, uint64_t *scratch, kvr_bench_result *r)
+{
+    size_t at = 0;
+    for (size_t k = i; k < end; k++) {
+        const kvr_bench_op *op = &s->ops[k];
+        memcpy(scratch + at, s->pool + op->off, op->n * sizeof *scratch);
+        memcpy(scratch + nb + at, s->pool + op->off + op->n, op->n * sizeof *scratch);
+        at += op->n;
+    }
+    const kvr_bench_op *a = &s->ops[i];
+    if (kvr_index_store(idx, owners[i], (kvr_tier)a->tier, a->has_parent, a->parent, scratch,
+                        scratch + nb, nb) != KVR_DROP_NONE)
+        r->parent_not_found++;
+}
+
 int kvr_bench_replay(const kvr_bench_stream *s, kvr_bench_result *r)
+{
+    return kvr_bench_replay_coalesced(s, 0, r);
+}
+
+int kvr_bench_replay_coalesced(const kvr_bench_stream *s, uint32_t coalesce, kvr_bench_result *r)
 {
     kvr_index *idx = kvr_index_create();
     kvr_match_ctx *ctx = kvr_match_ctx_create();
     kvr_owner *owners = idx ? map_owners(idx, s) : NULL;
     double *lat = malloc((s->n ? s->n : 1) * sizeof *lat);
+    uint64_t *scratch = coalesce > 1 ? malloc(2 * (size_t)coalesce * sizeof *scratch) : NULL;
     int rc = -1;
-    if (!idx || !ctx || !owners || !lat)
+    if (!idx || !ctx || !owners || !lat || (coalesce > 1 && !scratch))
         goto out;
     r->events = r->matches = r->event_blocks = r->match_blocks = r->checksum = 0;
     r->parent_not_found = r->unknown_removes = 0;
@@ -263,6 +307,15 @@ int kvr_bench_replay(const kvr_bench_stream *s, kvr_bench_result *r)
     for (size_t i = 0; i < s->n; i++) {
         const kvr_bench_op *op = &s->ops[i];
         if (op->kind != KVR_BOP_MATCH) {
+            size_t nb, end;
+            if (coalesce > 1 && op->kind == KVR_BOP_STORE && op->n <= coalesce &&
+                (end = store_run(s, owners, i, coalesce, &nb)) > i + 1) {
+                apply_run(idx, s, owners, i, end, nb, scratch, r);
+                r->events += end - i;
+                r->event_blocks += nb;
+                i = end - 1;
+                continue;
+            }
             apply_event(idx, s, op, owners[i], r);
             r->events++;
             r->event_blocks += op->n;
@@ -304,6 +357,7 @@ int kvr_bench_replay(const kvr_bench_stream *s, kvr_bench_result *r)
     r->bytes_after_clear = end.bytes;
     rc = 0;
 out:
+    free(scratch);
     free(lat);
     free(owners);
     kvr_match_ctx_destroy(ctx);

@@ -90,6 +90,12 @@ typedef struct {
 } kvr_bench_result;
 
 int kvr_bench_replay(const kvr_bench_stream *s, kvr_bench_result *r);
+/* The same replay, but a run of stores that continue each other (same owner
+ * and tier, each parented on the previous one's last block; SGLang's per-page
+ * events of one request) goes to the index as one store of up to `coalesce`
+ * blocks, as an ingestor holding a whole batch could do. Matches still see
+ * whole events only. 0 or 1 = no coalescing. Same checksum. */
+int kvr_bench_replay_coalesced(const kvr_bench_stream *s, uint32_t coalesce, kvr_bench_result *r);
 int kvr_bench_replay_concurrent(const kvr_bench_stream *s, int threads, kvr_bench_result *r);
 
 /* The stream as msgpack batches (SGLang tagged arrays; one batch per run of
