@@ -114,13 +114,21 @@ uint64_t route_load_blocks(const route_load *l)
 
 /* Every booking holds a whole prefix of its chain and a chain hash names
  * its whole prefix, so what a load holds of any chain is a prefix of it:
- * a binary search finds it in O(log n) lookups instead of one per block
- * (this runs for every candidate under the router lock). */
+ * a galloping search finds it in O(log held) lookups instead of one per
+ * block (this runs for every candidate under the router lock), one lookup
+ * for a worker that shares nothing with the request. */
 uint32_t route_load_held_prefix(const route_load *l, const uint64_t *chain, uint32_t n)
 {
-    if (kvr_u64map_len(&l->held) == 0)
+    if (n == 0 || !kvr_u64map_find(&l->held, chain[0]))
         return 0;
-    uint32_t lo = 0, hi = n; /* chain[0..lo) held, chain[hi..n) not */
+    uint32_t lo = 1, hi = n; /* chain[0..lo) held, chain[hi..n) not */
+    for (uint32_t i = 1; i < n; i *= 2) {
+        if (!kvr_u64map_find(&l->held, chain[i])) {
+            hi = i;
+            break;
+        }
+        lo = i + 1;
+    }
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
         if (kvr_u64map_find(&l->held, chain[mid]))
