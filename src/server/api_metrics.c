@@ -197,6 +197,32 @@ static void http_metrics(kvr_sbuf *b, kvr_server *srv)
                     atomic_load(&srv->dump_records_loaded));
 }
 
+static void router_metrics(kvr_sbuf *b, kvr_server *srv)
+{
+    kvr_router_stats st;
+    kvr_router_stats_get(srv->router, &st);
+    help(b, "kvr_router_total", "counter", "Router calls and booking outcomes, by name");
+    const struct {
+        const char *name;
+        uint64_t v;
+    } counters[] = {{"queries", st.queries},
+                    {"routes", st.routes},
+                    {"hash_passes", st.hash_passes},
+                    {"bookings_expired", st.bookings_expired},
+                    {"bookings_released", st.bookings_released},
+                    {"prefill_done", st.prefill_done}};
+    for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
+        kvr_sbuf_printf(b, "kvr_router_total{name=\"%s\"} %" PRIu64 "\n", counters[i].name,
+                        counters[i].v);
+    help(b, "kvr_router_bookings_active", "gauge", "Requests booked and not yet freed");
+    kvr_sbuf_printf(b, "kvr_router_bookings_active %" PRIu64 "\n", st.bookings_active);
+    help(b, "kvr_router_held_blocks", "gauge",
+         "Distinct blocks held by active bookings, over all (worker, rank)");
+    kvr_sbuf_printf(b, "kvr_router_held_blocks %" PRIu64 "\n", st.held_blocks);
+    help(b, "kvr_router_held_bytes", "gauge", "Memory of the booking block sets");
+    kvr_sbuf_printf(b, "kvr_router_held_bytes %" PRIu64 "\n", st.held_bytes);
+}
+
 void kvr_api_metrics(kvr_server *srv, json_t *body, kvr_api_reply *reply)
 {
     (void)body;
@@ -210,6 +236,7 @@ void kvr_api_metrics(kvr_server *srv, json_t *body, kvr_api_reply *reply)
     kvr_sbuf_printf(&b, "kvr_workers %zu\n", s.n_workers);
     worker_metrics(&b, &s);
     index_metrics(&b, srv, &s);
+    router_metrics(&b, srv);
     http_metrics(&b, srv);
     kvr_workers_snapshot_free(&s);
     if (b.failed || !b.data) {

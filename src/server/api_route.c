@@ -275,14 +275,14 @@ static json_t *costs_json(const kvr_route_decision *d)
     json_t *arr = json_array();
     for (size_t i = 0; arr && i < d->n_costs; i++) {
         const kvr_route_cost *c = &d->costs[i];
-        json_t *o = json_pack("{s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f}", "worker_id",
+        json_t *o = json_pack("{s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f}", "worker_id",
                               kvr_json_u64_num(c->worker_id), "dp_rank", (json_int_t)c->dp_rank,
                               "gpu_blocks", (json_int_t)c->gpu_blocks, "cpu_blocks",
                               (json_int_t)c->cpu_blocks, "disk_blocks", (json_int_t)c->disk_blocks,
                               "routing_tokens", (json_int_t)c->routing_tokens,
                               "active_prefill_tokens", (json_int_t)c->active_prefill_tokens,
                               "active_decode_blocks", (json_int_t)c->active_decode_blocks,
-                              "credit", c->credit, "cost", c->cost, "probability", c->probability);
+                              "new_blocks", (json_int_t)c->new_blocks, "credit", c->credit, "cost", c->cost, "probability", c->probability);
         if (!o || json_array_append_new(arr, o) < 0) {
             json_decref(arr);
             return NULL;

@@ -152,8 +152,9 @@ kvr_server *kvr_server_start(const kvr_server_config *cfg_in, char *err, size_t 
     srv->ix = kvr_indexer_create();
     srv->router = srv->ix ? kvr_router_create(srv->ix, &cfg.router) : NULL;
     srv->src = srv->router ? kvr_source_create(srv->ix, &cfg.source) : NULL;
-    if (!srv->src) {
-        snprintf(err, err_len, "cannot create indexer, router or sources");
+    srv->sweeper = srv->src ? kvr_sweeper_start(srv) : NULL;
+    if (!srv->sweeper) {
+        snprintf(err, err_len, "cannot create indexer, router, sources or sweeper");
         kvr_server_stop(srv);
         return NULL;
     }
@@ -184,6 +185,7 @@ void kvr_server_stop(kvr_server *srv)
     if (!srv)
         return;
     kvr_http_stop(srv);
+    kvr_sweeper_stop(srv->sweeper);
     kvr_source_destroy(srv->src);
     kvr_router_destroy(srv->router);
     kvr_indexer_destroy(srv->ix);

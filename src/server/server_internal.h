@@ -24,10 +24,16 @@ typedef struct {
 
 #define KVR_MAX_ENDPOINTS 16
 
+typedef struct kvr_sweeper kvr_sweeper;
+/* sweeper.c: expires router bookings about once a second. */
+kvr_sweeper *kvr_sweeper_start(kvr_server *srv);
+void kvr_sweeper_stop(kvr_sweeper *sw);
+
 struct kvr_server {
     kvr_indexer *ix;
     struct kvr_router *router;
     kvr_source *src;
+    kvr_sweeper *sweeper;
     struct MHD_Daemon *mhd;
     int port;
     size_t max_body;
