@@ -1,6 +1,6 @@
 # Thin wrapper over CMake. `make test` is what CI runs; `make demo` shows kvrouter working.
 DEPS := cmake pkg-config gcc make libzmq3-dev libmsgpuck-dev libxxhash-dev \
-        libmicrohttpd-dev libjansson-dev libcmocka-dev liburcu-dev libcurl4-openssl-dev curl
+        libmicrohttpd-dev libjansson-dev libcmocka-dev libcurl4-openssl-dev curl
 BUILD ?= build
 JOBS ?= $(shell nproc)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
