@@ -129,16 +129,9 @@ static void count_drop(kvr_rank_state *r, kvr_drop_reason reason)
     r->events_dropped++;
 }
 
-/* Returns false when the event was dropped (already counted). */
-static bool apply_store(kvr_worker *w, kvr_rank_state *r, const kvr_norm_event *ne)
+/* Converts a store into r->local; warns about duplicate ids. */
+static kvr_drop_reason convert_store(kvr_worker *w, kvr_rank_state *r, const kvr_norm_event *ne)
 {
-    size_t n = ne->n_block_hashes;
-    if (n == 0)
-        return true;
-    if (!ensure_local(r, n)) {
-        count_drop(r, KVR_DROP_OVERSIZED_EVENT);
-        return false;
-    }
     kvr_drop_reason why = kvr_convert_store(r->conv, ne, r->local);
     if (why == KVR_DROP_DUPLICATE_IDS) {
         /* An engine bug, not a reset: applying it as a clear would wipe the
@@ -151,6 +144,20 @@ static bool apply_store(kvr_worker *w, kvr_rank_state *r, const kvr_norm_event *
                     "ignored (%" PRIu64 " so far)\n",
                     w->worker_id, r->rank, r->dup_warnings);
     }
+    return why;
+}
+
+/* Returns false when the event was dropped (already counted). */
+static bool apply_store(kvr_worker *w, kvr_rank_state *r, const kvr_norm_event *ne)
+{
+    size_t n = ne->n_block_hashes;
+    if (n == 0)
+        return true;
+    if (!ensure_local(r, n)) {
+        count_drop(r, KVR_DROP_OVERSIZED_EVENT);
+        return false;
+    }
+    kvr_drop_reason why = convert_store(w, r, ne);
     if (why == KVR_DROP_NONE)
         why = kvr_index_store(w->grp->idx, r->owner, ne->tier, ne->has_parent, ne->parent,
                               ne->block_hashes, r->local, n);
@@ -176,12 +183,111 @@ static void apply_remove(kvr_worker *w, kvr_rank_state *r, const kvr_norm_event 
     kvr_convert_removed_tier(r->conv, ne->tier, ne->block_hashes, n);
 }
 
+/* Pending run of converted one-block stores, each the child of the one
+ * before (SGLang sends one BlockStored per page). Applied as one
+ * kvr_index_store: one write lock and a chain the index can prefetch ahead
+ * in, instead of one lock and one cold child-table probe per block. Only
+ * one-block stores join, so every block is an event boundary and a failed
+ * call can be replayed event by event (see run_flush). */
+#define RUN_MAX 64
+typedef struct {
+    size_t n; /* blocks = events */
+    kvr_tier tier;
+    bool has_parent;
+    uint64_t parent;
+    uint64_t engine[RUN_MAX], local[RUN_MAX];
+} store_run;
+
+static bool run_continues(const store_run *run, const kvr_norm_event *ne)
+{
+    if (run->n == 0 || run->n == RUN_MAX || ne->tier != run->tier || !ne->has_parent ||
+        ne->parent != run->engine[run->n - 1])
+        return false;
+    /* A hash seen earlier in the run (or its parent) makes the index detach
+     * that block mid-chain; keep such an event in a call of its own. */
+    uint64_t e = ne->block_hashes[0];
+    if (run->has_parent && e == run->parent)
+        return false;
+    for (size_t i = 0; i < run->n; i++)
+        if (run->engine[i] == e)
+            return false;
+    return true;
+}
+
+static void run_push(store_run *run, const kvr_norm_event *ne, uint64_t local)
+{
+    if (run->n == 0) {
+        run->tier = ne->tier;
+        run->has_parent = ne->has_parent;
+        run->parent = ne->parent;
+    }
+    run->engine[run->n] = ne->block_hashes[0];
+    run->local[run->n] = local;
+    run->n++;
+}
+
+/* Counters per original event, as if each had been applied alone. */
+static void run_flush(kvr_worker *w, kvr_rank_state *r, store_run *run)
+{
+    size_t n = run->n;
+    if (n == 0)
+        return;
+    run->n = 0;
+    kvr_index *idx = w->grp->idx;
+    kvr_drop_reason why = kvr_index_store(idx, r->owner, run->tier, run->has_parent,
+                                          run->parent, run->engine, run->local, n);
+    if (why == KVR_DROP_NONE) {
+        r->blocks_stored += n;
+        r->events_stored += n;
+        return;
+    }
+    /* The call stopped at some block (first parent unknown, out of memory,
+     * or a hash an ancestor above the run held): replaying event by event
+     * gives each event the outcome it has alone. Blocks the call stored are
+     * stored again without change; a later event can still succeed when its
+     * parent was known before the batch. */
+    for (size_t i = 0; i < n; i++) {
+        bool hp = i ? true : run->has_parent;
+        uint64_t parent = i ? run->engine[i - 1] : run->parent;
+        why = kvr_index_store(idx, r->owner, run->tier, hp, parent, &run->engine[i],
+                              &run->local[i], 1);
+        if (why != KVR_DROP_NONE) {
+            count_drop(r, why);
+            continue;
+        }
+        r->blocks_stored++;
+        r->events_stored++;
+    }
+}
+
+/* Joins a one-block store to the run; false when the event is not one
+ * (then nothing was done to it). */
+static bool run_take(kvr_worker *w, kvr_rank_state *r, store_run *run, const kvr_norm_event *ne)
+{
+    if (ne->kind != KVR_NORM_STORE || ne->n_block_hashes != 1 || !ensure_local(r, 1))
+        return false;
+    kvr_drop_reason why = convert_store(w, r, ne);
+    if (why != KVR_DROP_NONE) {
+        run_flush(w, r, run);
+        count_drop(r, why);
+        return true;
+    }
+    if (!run_continues(run, ne))
+        run_flush(w, r, run);
+    run_push(run, ne, r->local[0]);
+    return true;
+}
+
 /* events_* count what the engine sent (a store the normalizer turned into
  * an empty removal is still a store; its blocks show in the mm_ counters). */
-static void apply_event(kvr_worker *w, kvr_rank_state *r, const kvr_raw_event *ev)
+static void apply_event(kvr_worker *w, kvr_rank_state *r, store_run *run,
+                        const kvr_raw_event *ev)
 {
     kvr_norm_event ne;
     kvr_normalize(r->norm, ev, &ne);
+    if (run_take(w, r, run, &ne))
+        return;
+    run_flush(w, r, run);
     switch (ne.kind) {
     case KVR_NORM_STORE:
         if (apply_store(w, r, &ne))
@@ -223,19 +329,30 @@ void kvr_indexer_apply(kvr_indexer *ix, kvr_worker *w, uint32_t rank, const kvr_
     pthread_mutex_lock(&r->mu);
     r->batches++;
     pthread_mutex_unlock(&r->mu);
-    /* The rank lock is taken per event so /workers snapshots and clears
-     * interleave with a long batch instead of waiting for all of it. */
-    bool wide = atomic_load(&w->wide_seen);
+    /* The rank lock is taken per event (held across a pending run, whose
+     * events are converted but not yet indexed) so /workers snapshots and
+     * clears interleave with a long batch instead of waiting for all of it,
+     * and never fall between a run's conversion and its store. */
+    store_run run;
+    run.n = 0;
+    bool wide = atomic_load(&w->wide_seen), held = false;
     for (uint32_t i = 0; i < b->n_events; i++) {
-        pthread_mutex_lock(&r->mu);
-        apply_event(w, r, &b->events[i]);
+        if (!held)
+            pthread_mutex_lock(&r->mu);
+        apply_event(w, r, &run, &b->events[i]);
         bool now = kvr_normalizer_wide_seen(r->norm);
-        pthread_mutex_unlock(&r->mu);
+        held = run.n > 0;
+        if (!held)
+            pthread_mutex_unlock(&r->mu);
         if (now && !wide) {
             /* callers stop sending image hashes from the next request on */
             atomic_store(&w->wide_seen, true);
             wide = true;
         }
+    }
+    if (held) {
+        run_flush(w, r, &run);
+        pthread_mutex_unlock(&r->mu);
     }
     pthread_rwlock_unlock(&ix->lock);
 }
