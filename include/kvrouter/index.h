@@ -1,8 +1,9 @@
 /* Prefix index (SPEC §6): one tree per (model, routing group), keyed by
  * router block hash under its parent; owners are (worker, dp_rank) with a
  * tier bit set. Thread-safe: mutations are serialized by a per-index write
- * lock held for one call (one event); matches take the read lock, so a
- * match never sees half an event and never waits behind a whole batch. */
+ * lock held for one call (one event, or a short run of whole events); matches
+ * take the read lock, so a match never sees half an event and never waits
+ * behind a whole batch. */
 #ifndef KVROUTER_INDEX_H
 #define KVROUTER_INDEX_H
 

@@ -83,8 +83,10 @@ void kvr_indexer_unregister(kvr_indexer *ix, kvr_worker *w);
 bool kvr_indexer_unregister_rank(kvr_indexer *ix, kvr_worker *w, uint32_t rank);
 
 /* Applies one decoded batch from socket rank `rank` (the batch's own dp_rank
- * overrides it). Events apply one at a time, in order, each as one index call
- * (matches never wait behind a batch). Drops are counted per rank:
+ * overrides it). Events apply in order, each whole: a run of parent-linked
+ * one-block stores (SGLang publishes one event per page) shares one index
+ * call of at most 64 blocks, anything else is one call per event, so a match
+ * sees whole events and never waits behind a batch. Drops are counted per rank:
  * duplicate_ids (nothing applied, never a clear), parent_not_found (store
  * skipped), block_not_found (once per unknown handle of a removal). Batches of
  * different ranks of one worker may be applied concurrently; batches of one
