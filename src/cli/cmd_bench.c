@@ -30,9 +30,11 @@ static const char bench_usage[] =
     "one batch per request's events) and applies them through the library facade\n"
     "(decode -> normalize -> hash -> index) on one thread, timing decode + apply\n"
     "only; its matches go through the facade too and must give the same checksum.\n"
-    "--coalesce N (experiment) hands a run of stores that continue each other\n"
+    "--coalesce N (default 64) hands a run of stores that continue each other\n"
     "(same worker, each parented on the one before) to the index as one store of\n"
-    "up to N blocks in the single-thread replay; events are still counted one by one.\n"
+    "up to N blocks in the single-thread replay, as the library facade does with\n"
+    "SGLang's per-page stores; events are still counted one by one. --coalesce 1\n"
+    "makes one index call per event.\n"
     "Then replays the stream through the index on one thread and reports ops/s\n"
     "(events + matches), block ops/s, match latency, bytes per (worker, block)\n"
     "ownership and a checksum (sum of matched gpu blocks over all matches and\n"
@@ -74,7 +76,10 @@ int kvr_cmd_bench(int argc, char **argv)
     uint64_t workers = 1000, capacity = 16384, block_size = 16, threads = 1, limit = 0, seed = 42;
     kvr_bench_granularity gran = KVR_BENCH_SGLANG;
     bool pipeline = false;
-    uint64_t coalesce = 0;
+    /* kvr_indexer_apply merges runs of parent-linked one-block stores into
+     * index calls of up to 64 blocks; the plain replay does the same so the
+     * default figure is the service's ingestion path. */
+    uint64_t coalesce = 64;
     static const struct option opts[] = {
         {"trace", required_argument, NULL, 't'},    {"workers", required_argument, NULL, 'w'},
         {"capacity", required_argument, NULL, 'c'}, {"block-size", required_argument, NULL, 'b'},
