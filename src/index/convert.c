@@ -131,16 +131,6 @@ kvr_drop_reason kvr_convert_store(kvr_converter *c, const kvr_norm_event *store,
     return KVR_DROP_NONE;
 }
 
-void kvr_convert_removed(kvr_converter *c, const uint64_t *engine_hashes, size_t n)
-{
-    if (kvr_u64map_len(&c->seeds) == 0)
-        return;
-    for (size_t i = 0; i < n; i++) {
-        kvr_u64map_del(&c->seeds, engine_hashes[i], NULL);
-        kvr_u64map_del(&c->tiers, engine_hashes[i], NULL);
-    }
-}
-
 void kvr_convert_removed_tier(kvr_converter *c, kvr_tier tier, const uint64_t *engine_hashes,
                               size_t n)
 {

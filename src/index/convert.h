@@ -22,11 +22,9 @@ void kvr_converter_reset(kvr_converter *c);
  * hashes (the normalizer never produces that). */
 kvr_drop_reason kvr_convert_store(kvr_converter *c, const kvr_norm_event *store,
                                   uint64_t *out_local);
-/* Drop per-block state of removed engine hashes, on every tier. */
-void kvr_convert_removed(kvr_converter *c, const uint64_t *engine_hashes, size_t n);
-/* Same for a removal from one tier: the salt of a block stays known while
- * another tier still holds it (gpu eviction after cpu offload). Prefer this
- * one for BlockRemoved events. */
+/* Drop per-block state of engine hashes removed from one tier: the salt of a
+ * block stays known while another tier still holds it (gpu eviction after
+ * cpu offload); it is forgotten once no tier holds it. */
 void kvr_convert_removed_tier(kvr_converter *c, kvr_tier tier, const uint64_t *engine_hashes,
                               size_t n);
 /* Seed of the registered adapter without salt. */

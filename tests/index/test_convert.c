@@ -146,8 +146,9 @@ static void test_salt_propagates_to_children(void **state)
     e = store(h6, 1, true, 13, tok, 4);
     kvr_convert_store(c, &e, out);
     assert_int_equal(out[0], kvr_hash_tokens(tok, 4, KVR_HASH_SEED));
-    /* the tier-less removal forgets at once; reset forgets everything */
-    kvr_convert_removed(c, h1, 2);
+    /* removal from every tier that holds them forgets them; reset forgets everything */
+    for (int t = 0; t < KVR_TIER_COUNT; t++)
+        kvr_convert_removed_tier(c, (kvr_tier)t, h1, 2);
     e = store(h2, 1, true, 11, tok, 4);
     kvr_convert_store(c, &e, out);
     assert_int_equal(out[0], kvr_hash_tokens(tok, 4, KVR_HASH_SEED));
