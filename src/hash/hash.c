@@ -4,6 +4,8 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "util/blocks.h"
+
 uint64_t kvr_hash_bytes(const void *data, size_t len, uint64_t seed)
 {
     return XXH3_64bits_withSeed(data, len, seed);
@@ -51,11 +53,7 @@ uint64_t kvr_hash_chain(uint64_t parent_chain, uint64_t local)
 
 size_t kvr_hash_block_count(size_t n_tokens, uint32_t block_size, bool eagle)
 {
-    if (block_size == 0)
-        return 0;
-    if (eagle)
-        return n_tokens == 0 ? 0 : (n_tokens - 1) / block_size;
-    return n_tokens / block_size;
+    return kvr_whole_blocks(n_tokens, block_size, eagle);
 }
 
 size_t kvr_hash_blocks(const uint32_t *tokens, size_t n_tokens, uint32_t block_size, bool eagle,

@@ -10,6 +10,7 @@
 
 #include "normalize/dupcheck.h"
 #include "normalize/filter.h"
+#include "util/blocks.h"
 #include "util/u64map.h"
 
 struct kvr_normalizer {
@@ -204,12 +205,10 @@ static void note_wide(kvr_normalizer *n, uint64_t wide)
  * engine that sends fewer tokens than blocks, or an Eagle store whose last
  * overlap token is not known yet) cannot be hashed, so they are not indexed;
  * a later store under such a block is dropped by the index as
- * parent_not_found. Same formula as kvr_hash_block_count (hash layer, which
- * this layer does not link). */
+ * parent_not_found. */
 static size_t hashable_blocks(const kvr_raw_event *ev, uint32_t b, bool eagle)
 {
-    size_t nt = ev->n_token_ids;
-    size_t by_tokens = eagle ? (nt == 0 ? 0 : (nt - 1) / b) : nt / b;
+    size_t by_tokens = kvr_whole_blocks(ev->n_token_ids, b, eagle);
     return by_tokens < ev->n_block_hashes ? by_tokens : ev->n_block_hashes;
 }
 
