@@ -372,9 +372,9 @@ static void booking_call(kvr_server *srv, json_t *body, kvr_api_reply *reply, bo
 {
     kvr_json_err e = {{0}};
     const char *id = NULL;
-    if (!json_is_object(body) ||
-        !kvr_json_get_str(body, "request_id", true, true, KVR_ROUTE_MAX_ID_LEN + 1, &id, &e)) {
-        kvr_api_error(reply, 400, "%s", json_is_object(body) ? e.msg : "body must be a JSON object");
+    /* body is an object: http.c answered 400 otherwise. */
+    if (!kvr_json_get_str(body, "request_id", true, true, KVR_ROUTE_MAX_ID_LEN + 1, &id, &e)) {
+        kvr_api_error(reply, 400, "%s", e.msg);
         return;
     }
     kvr_router *r = kvr_server_router(srv);
