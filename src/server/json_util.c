@@ -115,14 +115,11 @@ bool kvr_json_get_bool(json_t *obj, const char *key, bool *present, bool *out,
     return true;
 }
 
-json_t *kvr_json_u64_str(uint64_t v)
+json_t *kvr_json_u64_num(uint64_t v)
 {
+    if (v <= (uint64_t)INT64_MAX)
+        return json_integer((json_int_t)v);
     char buf[24];
     snprintf(buf, sizeof buf, "%" PRIu64, v);
     return json_string(buf);
-}
-
-json_t *kvr_json_u64_num(uint64_t v)
-{
-    return v <= (uint64_t)INT64_MAX ? json_integer((json_int_t)v) : kvr_json_u64_str(v);
 }

@@ -29,8 +29,6 @@ bool kvr_json_get_str(json_t *obj, const char *key, bool required, bool nonempty
 bool kvr_json_get_bool(json_t *obj, const char *key, bool *present, bool *out,
                        kvr_json_err *err);
 
-/* Writes u64 as a decimal string JSON value. */
-json_t *kvr_json_u64_str(uint64_t v);
 /* A JSON integer when it fits in int64, else a decimal string. */
 json_t *kvr_json_u64_num(uint64_t v);
 
