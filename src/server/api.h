@@ -29,22 +29,18 @@ void kvr_api_error(kvr_api_reply *reply, int status, const char *fmt, ...)
 
 typedef void (*kvr_api_fn)(kvr_server *srv, json_t *body, kvr_api_reply *reply);
 
-/* The one place body text becomes JSON (http.c): true with out holding a
- * JSON object (free with kvr_json_body_free), else false with a 400 reply.
- * opts: see json_body.h (NULL for a plain tree). */
-bool kvr_api_parse_body(const char *buf, size_t len, const kvr_json_body_opts *opts,
-                        kvr_json_body *out, kvr_api_reply *reply);
-
 /* Route-layer endpoints (api_route.c). */
 void kvr_api_prefill_done(kvr_server *srv, json_t *body, kvr_api_reply *reply);
 void kvr_api_free(kvr_server *srv, json_t *body, kvr_api_reply *reply);
 
-/* POST /query and /route take the body text: they parse it themselves with
- * token_ids kept out of the tree as a u32 vector and u64 mm_hash numbers
- * accepted (json_body.h); a jansson node per token was most of a /route. */
-typedef void (*kvr_api_raw_fn)(kvr_server *srv, const char *body, size_t len,
-                               kvr_api_reply *reply);
-void kvr_api_query_raw(kvr_server *srv, const char *body, size_t len, kvr_api_reply *reply);
-void kvr_api_route_raw(kvr_server *srv, const char *body, size_t len, kvr_api_reply *reply);
+/* POST /query and /route take the whole parsed body: http.c parses it with
+ * kvr_api_route_body_opts, which keeps token_ids out of the tree as a u32
+ * vector and accepts u64 mm_hash numbers (json_body.h); a jansson node per
+ * token was most of a /route. */
+typedef void (*kvr_api_body_fn)(kvr_server *srv, const kvr_json_body *body,
+                                kvr_api_reply *reply);
+extern const kvr_json_body_opts kvr_api_route_body_opts;
+void kvr_api_query(kvr_server *srv, const kvr_json_body *body, kvr_api_reply *reply);
+void kvr_api_route(kvr_server *srv, const kvr_json_body *body, kvr_api_reply *reply);
 
 #endif

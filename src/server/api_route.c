@@ -169,7 +169,7 @@ static void route_error(kvr_api_reply *reply, kvr_route_status st, const char *m
     kvr_api_error(reply, kvr_route_status_http(st), "%s", msg);
 }
 
-static void query_common(kvr_server *srv, const kvr_json_body *b, kvr_api_reply *reply)
+void kvr_api_query(kvr_server *srv, const kvr_json_body *b, kvr_api_reply *reply)
 {
     parsed p;
     if (!parse_query(b, &p, reply)) {
@@ -317,7 +317,7 @@ static json_t *decision_json(const kvr_route_request *rq, const kvr_route_decisi
     return o;
 }
 
-static void route_common(kvr_server *srv, const kvr_json_body *b, kvr_api_reply *reply)
+void kvr_api_route(kvr_server *srv, const kvr_json_body *b, kvr_api_reply *reply)
 {
     parsed p;
     kvr_route_request rq;
@@ -346,27 +346,7 @@ static void route_common(kvr_server *srv, const kvr_json_body *b, kvr_api_reply 
  * above INT64_MAX as plain JSON numbers (jansson refuses them) arrive as the
  * same-bits int64, which parse_mm_hash reads back as u64. */
 static const char *const vec_keys[] = {"token_ids", NULL};
-static const kvr_json_body_opts body_opts = {vec_keys, "mm_hash"};
-
-static void body_call(kvr_server *srv, const char *buf, size_t len, kvr_api_reply *reply,
-                      void (*fn)(kvr_server *, const kvr_json_body *, kvr_api_reply *))
-{
-    kvr_json_body b;
-    if (!kvr_api_parse_body(buf, len, &body_opts, &b, reply))
-        return;
-    fn(srv, &b, reply);
-    kvr_json_body_free(&b);
-}
-
-void kvr_api_query_raw(kvr_server *srv, const char *body, size_t len, kvr_api_reply *reply)
-{
-    body_call(srv, body, len, reply, query_common);
-}
-
-void kvr_api_route_raw(kvr_server *srv, const char *body, size_t len, kvr_api_reply *reply)
-{
-    body_call(srv, body, len, reply, route_common);
-}
+const kvr_json_body_opts kvr_api_route_body_opts = {vec_keys, "mm_hash"};
 
 static void booking_call(kvr_server *srv, json_t *body, kvr_api_reply *reply, bool release)
 {

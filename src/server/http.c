@@ -15,7 +15,7 @@
 #include "server/server_internal.h"
 
 /* Route-layer handlers (/query, /route, /prefill_done, /free) live in
- * api_route.c; a NULL handler in the table answers 501. */
+ * api_route.c; an endpoint with no handler answers 501. */
 
 const double kvr_lat_bounds[KVR_LAT_BUCKETS] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025,
                                                  0.005,  0.01,    0.025,  0.05,  0.1,
@@ -39,8 +39,10 @@ void kvr_api_error(kvr_api_reply *reply, int status, const char *fmt, ...)
     reply->body = json_pack("{s:s}", "error", msg);
 }
 
-bool kvr_api_parse_body(const char *buf, size_t len, const kvr_json_body_opts *opts,
-                        kvr_json_body *out, kvr_api_reply *reply)
+/* The one place body text becomes JSON: true with out holding a JSON
+ * object (free with kvr_json_body_free), else false with a 400 reply. */
+static bool parse_body(const char *buf, size_t len, const kvr_json_body_opts *opts,
+                       kvr_json_body *out, kvr_api_reply *reply)
 {
     json_error_t jerr;
     if (kvr_json_body_parse(buf ? buf : "", buf ? len : 0, JSON_REJECT_DUPLICATES, opts, out,
@@ -72,10 +74,13 @@ void kvr_http_init_endpoints(kvr_server *srv)
     add_endpoint(srv, "POST", "/register", kvr_api_register);
     add_endpoint(srv, "POST", "/unregister", kvr_api_unregister);
     add_endpoint(srv, "GET", "/workers", kvr_api_workers);
-    /* /query and /route parse their own bodies (api_route.c). */
-    add_endpoint(srv, "POST", "/query", NULL)->raw = kvr_api_query_raw;
+    kvr_endpoint *e = add_endpoint(srv, "POST", "/query", NULL);
+    e->body_fn = kvr_api_query;
+    e->opts = &kvr_api_route_body_opts;
     add_endpoint(srv, "POST", "/query_by_hash", kvr_api_query_by_hash);
-    add_endpoint(srv, "POST", "/route", NULL)->raw = kvr_api_route_raw;
+    e = add_endpoint(srv, "POST", "/route", NULL);
+    e->body_fn = kvr_api_route;
+    e->opts = &kvr_api_route_body_opts;
     add_endpoint(srv, "POST", "/prefill_done", kvr_api_prefill_done);
     add_endpoint(srv, "POST", "/free", kvr_api_free);
     add_endpoint(srv, "GET", "/dump", kvr_api_dump);
@@ -160,16 +165,20 @@ static void dispatch(kvr_server *srv, struct MHD_Connection *conn, const char *u
         atomic_fetch_add(&srv->requests_413, 1);
         kvr_api_error(reply, 413, "request body larger than the limit of %zu bytes",
                       srv->max_body);
-    } else if (!match->fn && !match->raw) {
+    } else if (!match->fn && !match->body_fn) {
         kvr_api_error(reply, 501, "%s is not built into this server", url);
-    } else if (match->raw) {
-        reply->status = 200;
-        match->raw(srv, rc->buf, rc->len, reply);
+    } else if (match->body_fn) {
+        kvr_json_body jb;
+        if (parse_body(rc->buf, rc->len, match->opts, &jb, reply)) {
+            reply->status = 200;
+            match->body_fn(srv, &jb, reply);
+            kvr_json_body_free(&jb);
+        }
     } else {
         json_t *body = NULL;
         if (strcmp(method, "POST") == 0) {
             kvr_json_body jb;
-            if (kvr_api_parse_body(rc->buf, rc->len, NULL, &jb, reply))
+            if (parse_body(rc->buf, rc->len, NULL, &jb, reply))
                 body = jb.root; /* a plain tree holds nothing else */
         } else {
             /* GET handlers take their query arguments as a flat object. */

@@ -14,8 +14,9 @@ extern const double kvr_lat_bounds[KVR_LAT_BUCKETS];
 typedef struct {
     const char *method;
     const char *path;
-    kvr_api_fn fn;      /* NULL: not built (501) */
-    kvr_api_raw_fn raw; /* set: takes the unparsed body instead of fn */
+    kvr_api_fn fn;                     /* NULL (and no body_fn): not built (501) */
+    kvr_api_body_fn body_fn;           /* set: called instead of fn with the parsed body */
+    const kvr_json_body_opts *opts;    /* body_fn's parse options (json_body.h) */
     _Atomic uint64_t count;
     _Atomic uint64_t sum_us;
     _Atomic uint64_t buckets[KVR_LAT_BUCKETS]; /* non-cumulative */

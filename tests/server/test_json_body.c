@@ -1,8 +1,8 @@
 /* Request body parsing (json_body.h): kvr_json_load_body gives exactly
  * what json_loadb gives (same tree, same failures with the same error
  * text); with vec_keys the same tree minus the kept arrays, which read back
- * as the same integers; the /query and /route handlers built on it name the
- * bad token by index whichever way token_ids was parsed. */
+ * as the same integers; /query and /route, served on it over real HTTP,
+ * name the bad token by index whichever way token_ids was parsed. */
 #include "test_support.h"
 
 #include <stdio.h>
@@ -13,6 +13,7 @@
 #include "kvrouter/server.h"
 #include "server/api.h"
 #include "server/json_body.h"
+#include "net_helpers.h"
 
 static const char *const vec_keys[] = {"k", "token_ids", "a", NULL};
 static const kvr_json_body_opts vec_opts = {vec_keys, NULL};
@@ -305,11 +306,21 @@ static kvr_server *one_worker_server(void)
     return srv;
 }
 
+/* POSTs body to path on srv; r gets the status and the JSON reply. */
+static void post(kvr_server *srv, const char *path, const char *body, kvr_api_reply *r)
+{
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", kvr_server_port(srv), path);
+    char *out = NULL;
+    r->status = (int)th_http("POST", url, body, strlen(body), &out);
+    r->body = json_loads(out, 0, NULL);
+    free(out);
+}
+
 static void expect_query(kvr_server *srv, const char *body, int status, const char *needle)
 {
     kvr_api_reply r = {0};
-    r.status = 200;
-    kvr_api_query_raw(srv, body, strlen(body), &r);
+    post(srv, "/query", body, &r);
     const char *err = json_string_value(json_object_get(r.body, "error"));
     if (r.status != status || (needle && (!err || !strstr(err, needle))))
         fail_msg("%.120s: status %d error '%s' (want %d '%s')", body, r.status, err ? err : "",
@@ -360,12 +371,12 @@ static void test_route_handler_books_and_takes_u64_mm_hash(void **state)
     kvr_server *srv = one_worker_server();
     kvr_api_reply r = {0};
     const char *route = "{\"model_name\":\"m\",\"request_id\":\"a\",\"token_ids\":[1,2,3,4]}";
-    kvr_api_route_raw(srv, route, strlen(route), &r);
+    post(srv, "/route", route, &r);
     assert_int_equal(r.status, 200);
     assert_int_equal(json_integer_value(json_object_get(r.body, "worker_id")), 1);
     json_decref(r.body);
     memset(&r, 0, sizeof r);
-    kvr_api_route_raw(srv, route, strlen(route), &r);
+    post(srv, "/route", route, &r);
     assert_int_equal(r.status, 409);
     json_decref(r.body);
     /* A u64 identity above INT64_MAX as a JSON number routes and is
@@ -373,7 +384,7 @@ static void test_route_handler_books_and_takes_u64_mm_hash(void **state)
     memset(&r, 0, sizeof r);
     const char *mm = "{\"model_name\":\"m\",\"request_id\":\"b\",\"token_ids\":[1,2,3,4],"
                      "\"mm_items\":[{\"start\":2,\"end\":4,\"mm_hash\":18446744073709551614}]}";
-    kvr_api_route_raw(srv, mm, strlen(mm), &r);
+    post(srv, "/route", mm, &r);
     assert_int_equal(r.status, 200);
     assert_true(json_is_true(json_object_get(r.body, "forward_mm_hashes")));
     assert_string_equal(json_string_value(json_array_get(json_object_get(r.body, "mm_hashes"), 0)),
