@@ -222,6 +222,19 @@ static size_t block_of_sentinel(size_t p, uint32_t b, bool eagle)
     return p / b;
 }
 
+/* The store's first n_blocks hashes with n_tokens narrowed tokens. */
+static void pass_store(kvr_normalizer *n, const kvr_raw_event *ev, kvr_norm_event *out,
+                       size_t n_blocks, size_t n_tokens)
+{
+    out->kind = KVR_NORM_STORE;
+    out->has_parent = ev->has_parent;
+    out->parent = ev->parent;
+    out->block_hashes = ev->block_hashes;
+    out->n_block_hashes = (uint32_t)n_blocks;
+    out->tokens = n->tokens;
+    out->n_tokens = (uint32_t)n_tokens;
+}
+
 static void keep_prefix(kvr_normalizer *n, const kvr_raw_event *ev, kvr_norm_event *out,
                         size_t kept)
 {
@@ -229,13 +242,7 @@ static void keep_prefix(kvr_normalizer *n, const kvr_raw_event *ev, kvr_norm_eve
         empty_removal(out);
         return;
     }
-    out->kind = KVR_NORM_STORE;
-    out->has_parent = ev->has_parent;
-    out->parent = ev->parent;
-    out->block_hashes = ev->block_hashes;
-    out->n_block_hashes = (uint32_t)kept;
-    out->tokens = n->tokens;
-    out->n_tokens = (uint32_t)(kept * n->cfg.block_size + (out->eagle ? 1 : 0));
+    pass_store(n, ev, out, kept, kept * n->cfg.block_size + (out->eagle ? 1 : 0));
 }
 
 /* Records ids in the tier's exclusion set. Returns false, recording nothing,
@@ -341,13 +348,7 @@ static void normalize_store(kvr_normalizer *n, const kvr_raw_event *ev, kvr_norm
                                 ev->n_block_hashes)) {
         /* Malformed: the converter rejects it (empty removal + warning).
          * Truncating or recording it here could hide the repeat. */
-        out->kind = KVR_NORM_STORE;
-        out->has_parent = ev->has_parent;
-        out->parent = ev->parent;
-        out->block_hashes = ev->block_hashes;
-        out->n_block_hashes = ev->n_block_hashes;
-        out->tokens = n->tokens;
-        out->n_tokens = ev->n_token_ids;
+        pass_store(n, ev, out, ev->n_block_hashes, ev->n_token_ids);
         return;
     }
 
