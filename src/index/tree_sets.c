@@ -53,8 +53,6 @@ size_t kvr_osets_bytes(const kvr_osets *s)
            (size_t)s->scratch_cap * sizeof(uint32_t);
 }
 
-size_t kvr_osets_count(const kvr_osets *s) { return s->ids.count - 1; }
-
 /* Lower bound of owner in the sorted entries. */
 static uint32_t search(const uint32_t *e, uint32_t len, uint32_t owner)
 {

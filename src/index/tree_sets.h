@@ -58,7 +58,6 @@ typedef struct {
 int kvr_osets_init(kvr_osets *s);
 void kvr_osets_free(kvr_osets *s);
 size_t kvr_osets_bytes(const kvr_osets *s);
-size_t kvr_osets_count(const kvr_osets *s); /* live sets, the empty set excluded */
 
 static inline const uint32_t *kvr_oset_entries(const kvr_oset *o)
 {
