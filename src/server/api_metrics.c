@@ -60,19 +60,8 @@ static void worker_metrics(kvr_sbuf *b, const kvr_workers_snapshot *s)
             kvr_source_counters_add(&c, &s->listeners[k].c);
         kvr_normalizer_counters n;
         memset(&n, 0, sizeof n);
-        for (uint32_t r = 0; r < wi->n_ranks; r++) {
-            const kvr_normalizer_counters *x = &wi->ranks[r].norm;
-            n.mm_blocks_excluded += x->mm_blocks_excluded;
-            n.mm_stores_truncated += x->mm_stores_truncated;
-            n.mm_descendant_stores_excluded += x->mm_descendant_stores_excluded;
-            n.mm_removals_filtered += x->mm_removals_filtered;
-            n.mm_excluded_ids += x->mm_excluded_ids;
-            n.mm_fallback += x->mm_fallback;
-            n.mm_fallback_entries += x->mm_fallback_entries;
-            n.wide_tokens_seen += x->wide_tokens_seen;
-            for (int d = 0; d < KVR_DROP_COUNT; d++)
-                n.drops[d] += x->drops[d];
-        }
+        for (uint32_t r = 0; r < wi->n_ranks; r++)
+            kvr_normalizer_counters_add(&n, &wi->ranks[r].norm);
         const char *types[] = {"stored", "removed", "cleared", "dropped"};
         uint64_t ev[] = {c.events_stored, c.events_removed, c.events_cleared, c.events_dropped};
         for (int t = 0; t < 4; t++)

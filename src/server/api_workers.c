@@ -75,7 +75,7 @@ static json_t *norm_json(const kvr_normalizer_counters *c)
     return o;
 }
 
-static void norm_add(kvr_normalizer_counters *a, const kvr_normalizer_counters *b)
+void kvr_normalizer_counters_add(kvr_normalizer_counters *a, const kvr_normalizer_counters *b)
 {
     a->mm_blocks_excluded += b->mm_blocks_excluded;
     a->mm_stores_truncated += b->mm_stores_truncated;
@@ -137,7 +137,7 @@ static const char *worker_status(const kvr_listener_info *ls, size_t n)
     return any_replay ? "replaying" : all_live ? "live" : "connecting";
 }
 
-json_t *kvr_worker_json(const kvr_worker_info *wi, const kvr_listener_info *ls, size_t n_ls)
+static json_t *worker_json(const kvr_worker_info *wi, const kvr_listener_info *ls, size_t n_ls)
 {
     kvr_normalizer_counters tot_norm;
     kvr_source_counters tot_src;
@@ -161,7 +161,7 @@ json_t *kvr_worker_json(const kvr_worker_info *wi, const kvr_listener_info *ls, 
                       (json_int_t)ri->blocks_stored, "blocks_removed",
                       (json_int_t)ri->blocks_removed));
         json_object_set_new(o, "normalizer", norm_json(&ri->norm));
-        norm_add(&tot_norm, &ri->norm);
+        kvr_normalizer_counters_add(&tot_norm, &ri->norm);
     }
     for (size_t i = 0; i < n_ls; i++) {
         const kvr_listener_info *l = &ls[i];
@@ -223,8 +223,8 @@ void kvr_api_workers(kvr_server *srv, json_t *body, kvr_api_reply *reply)
     for (size_t i = 0; i < s.n_workers; i++) {
         if (model && strcmp(model, s.workers[i].model_name) != 0)
             continue;
-        json_array_append_new(arr, kvr_worker_json(&s.workers[i], s.listeners + s.first[i],
-                                                   s.first[i + 1] - s.first[i]));
+        json_array_append_new(arr, worker_json(&s.workers[i], s.listeners + s.first[i],
+                                               s.first[i + 1] - s.first[i]));
     }
     kvr_workers_snapshot_free(&s);
     reply->status = 200;
