@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "sim/bench.h"
 
@@ -50,19 +51,6 @@ static int bench_fail(const char *what, const char *arg)
     return 2;
 }
 
-static int parse_num(const char *s, uint64_t min, uint64_t max, uint64_t *out)
-{
-    if (!s || *s < '0' || *s > '9')
-        return -1;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v < min || v > max)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 static double now_s(void)
 {
     struct timespec ts;
@@ -99,19 +87,19 @@ int kvr_cmd_bench(int argc, char **argv)
         case 't': trace_path = optarg; break;
         case 'e': emit = optarg; break;
         case 'E': events = optarg; break;
-        case 'w': bad = parse_num(optarg, 1, 1u << 24, &workers); break;
-        case 'c': bad = parse_num(optarg, 1, UINT32_MAX - 1, &capacity); break;
-        case 'b': bad = parse_num(optarg, 1, 1u << 16, &block_size); break;
-        case 'T': bad = parse_num(optarg, 1, 256, &threads); break;
-        case 'l': bad = parse_num(optarg, 0, UINT32_MAX, &limit); break;
-        case 's': bad = parse_num(optarg, 0, UINT64_MAX, &seed); break;
+        case 'w': bad = kvr_cli_parse_u64(optarg, 1, 1u << 24, &workers); break;
+        case 'c': bad = kvr_cli_parse_u64(optarg, 1, UINT32_MAX - 1, &capacity); break;
+        case 'b': bad = kvr_cli_parse_u64(optarg, 1, 1u << 16, &block_size); break;
+        case 'T': bad = kvr_cli_parse_u64(optarg, 1, 256, &threads); break;
+        case 'l': bad = kvr_cli_parse_u64(optarg, 0, UINT32_MAX, &limit); break;
+        case 's': bad = kvr_cli_parse_u64(optarg, 0, UINT64_MAX, &seed); break;
         case 'g':
             bad = strcmp(optarg, "sglang") == 0 ? (gran = KVR_BENCH_SGLANG, 0)
                   : strcmp(optarg, "vllm") == 0 ? (gran = KVR_BENCH_VLLM, 0)
                                                 : -1;
             break;
         case 'P': pipeline = true; break;
-        case 'C': bad = parse_num(optarg, 0, 65536, &coalesce); break;
+        case 'C': bad = kvr_cli_parse_u64(optarg, 0, 65536, &coalesce); break;
         case 'h': fputs(bench_usage, stdout); return 0;
         default: return bench_fail("unknown option or missing value", argv[optind - 1]);
         }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/decode_bench.h"
 #include "cli/decode_json.h"
@@ -143,13 +144,9 @@ int kvr_cmd_decode(int argc, char **argv)
         } else if (strcmp(a, "--bench") == 0) {
             bench = true;
         } else if (strcmp(a, "--iterations") == 0 && has_next) {
-            char *end;
             const char *v = argv[++i];
-            errno = 0;
-            unsigned long long n = strtoull(v, &end, 10);
-            if (errno || *end || v[0] < '0' || v[0] > '9' || n == 0)
+            if (kvr_cli_parse_u64(v, 1, UINT64_MAX, &iterations))
                 return decode_fail(2, "--iterations must be a positive integer", v);
-            iterations = n;
         } else if (strcmp(a, "--hex") == 0 && has_next && !hex && !file) {
             hex = argv[++i];
         } else if (strcmp(a, "--file") == 0 && has_next && !hex && !file) {

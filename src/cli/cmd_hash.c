@@ -1,11 +1,11 @@
 /* `kvrouter hash`: router block hashes (SPEC §4) of a token sequence, one
  * unsigned decimal per whole block. */
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "kvrouter/hash.h"
 
@@ -16,20 +16,6 @@ static const char hash_usage[] =
     "unsigned decimal per line: XXH3-64 over u32 little-endian tokens, seed 1337\n"
     "mixed with the LoRA name and cache salt. --eagle hashes B+1-token windows\n"
     "with stride B (Eagle workers). Tokens after the last whole block are ignored.\n";
-
-/* strict unsigned decimal (no sign, no spaces, no junk) not above max */
-static int parse_uint(const char *s, uint64_t max, uint64_t *out)
-{
-    if (!s || *s < '0' || *s > '9')
-        return -1;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v > max)
-        return -1;
-    *out = v;
-    return 0;
-}
 
 static int hash_fail(const char *what, const char *arg)
 {
@@ -84,11 +70,11 @@ int kvr_cmd_hash(int argc, char **argv)
                 lora = (kvr_str){v, (uint32_t)strlen(v)};
             else if (a[2] == 's')
                 salt = (kvr_str){v, (uint32_t)strlen(v)};
-            else if (parse_uint(v, UINT32_MAX, &block_size) || block_size == 0)
+            else if (kvr_cli_parse_u64(v, 1, UINT32_MAX, &block_size))
                 rc = hash_fail("--block-size must be an integer in 1..4294967295", v);
         } else if (a[0] == '-' && a[1] != '\0' && (a[1] < '0' || a[1] > '9')) {
             rc = hash_fail("unknown option", a);
-        } else if (parse_uint(a, UINT32_MAX, &tok)) {
+        } else if (kvr_cli_parse_u64(a, 0, UINT32_MAX, &tok)) {
             rc = hash_fail("token is not a u32 decimal", a);
         } else {
             tokens[n++] = (uint32_t)tok;

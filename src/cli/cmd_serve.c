@@ -1,5 +1,6 @@
 /* kvrouter serve: the router service. Command-line and --config workers are
  * registered exactly as POST /register would; SIGINT/SIGTERM stop it. */
+#include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
@@ -7,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "kvrouter/server.h"
 
@@ -198,11 +200,24 @@ int kvr_cmd_serve(int argc, char **argv)
             goto out;
         }
         if (!v) {
-            fprintf(stderr, "kvrouter serve: '%s' needs a value or is unknown\n", a);
-            usage(stderr);
+            fprintf(stderr, "kvrouter serve: '%s' needs a value or is unknown (try --help)\n", a);
             goto out;
         }
         i++;
+        uint64_t n = 0;
+        if (strcmp(a, "--block-size") == 0 || strcmp(a, "--max-body") == 0 ||
+            strcmp(a, "--replay-timeout-ms") == 0 || strcmp(a, "--http-threads") == 0) {
+            /* atol/strtoul would turn "8k" or "-1" into a silent 0 or a huge value */
+            uint64_t lo = a[2] == 'b' ? 1 : 0, hi = a[2] == 'h' ? 1024 : UINT32_MAX;
+            if (a[2] == 'm')
+                hi = SIZE_MAX;
+            if (kvr_cli_parse_u64(v, lo, hi, &n) != 0) {
+                fprintf(stderr, "kvrouter serve: %s needs an integer in %" PRIu64 "..%" PRIu64
+                                ", got '%s'\n",
+                        a, lo, hi, v);
+                goto out;
+            }
+        }
         if (strcmp(a, "--listen") == 0)
             snprintf(o.listen, sizeof o.listen, "%s", v);
         else if (strcmp(a, "--workers") == 0)
@@ -210,7 +225,7 @@ int kvr_cmd_serve(int argc, char **argv)
         else if (strcmp(a, "--model-name") == 0)
             model = v;
         else if (strcmp(a, "--block-size") == 0)
-            block_size = atol(v);
+            block_size = (long)n;
         else if (strcmp(a, "--replay-endpoint") == 0)
             replay = v;
         else if (strcmp(a, "--config") == 0)
@@ -218,16 +233,15 @@ int kvr_cmd_serve(int argc, char **argv)
         else if (strcmp(a, "--peers") == 0)
             split_peers(&o, v);
         else if (strcmp(a, "--max-body") == 0)
-            cfg.max_body = (size_t)strtoull(v, NULL, 10);
+            cfg.max_body = (size_t)n;
         else if (strcmp(a, "--replay-timeout-ms") == 0)
-            cfg.source.replay_timeout_ms = (uint32_t)strtoul(v, NULL, 10);
+            cfg.source.replay_timeout_ms = (uint32_t)n;
         else if (strcmp(a, "--http-threads") == 0)
-            cfg.http_threads = (unsigned)strtoul(v, NULL, 10);
+            cfg.http_threads = (unsigned)n;
         else if (strcmp(a, "--router-opt") == 0 && n_router_opts < 64)
             router_opts[n_router_opts++] = v;
         else {
-            fprintf(stderr, "kvrouter serve: unknown option '%s'\n", a);
-            usage(stderr);
+            fprintf(stderr, "kvrouter serve: unknown option '%s' (try --help)\n", a);
             goto out;
         }
     }

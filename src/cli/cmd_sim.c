@@ -1,10 +1,12 @@
 /* `kvrouter sim`: a simulated SGLang fleet replaying a Mooncake trace under
  * kvrouter and the baseline policies (see src/sim/sim.h for the model). */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "sim/router_client.h"
 #include "sim/sim.h"
@@ -81,13 +83,25 @@ static bool num_arg(const char *opt, const char *v, double lo, double hi, double
     return true;
 }
 
+/* Counts and seeds are integers: "2.5" or "1e3" is an error, not a
+ * truncation, and a 64-bit seed keeps every bit (a double would not). */
+static bool int_arg(const char *opt, const char *v, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    if (kvr_cli_parse_u64(v, lo, hi, out) == 0)
+        return true;
+    fprintf(stderr, "kvrouter sim: %s expects an integer in %" PRIu64 "..%" PRIu64 ", got '%s'\n",
+            opt, lo, hi, v);
+    return false;
+}
+
 int kvr_cmd_sim(int argc, char **argv)
 {
     kvr_sim_config cfg;
     kvr_sim_config_defaults(&cfg);
     cfg.log = stderr;
     const char *trace_path = NULL, *svg = NULL;
-    double limit = 0, mm_share = 0;
+    uint64_t limit = 0;
+    double mm_share = 0;
     bool json = false;
     char route_extra[512] = "";
     char *router_opts[16];
@@ -100,7 +114,7 @@ int kvr_cmd_sim(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        double x;
+        uint64_t n;
 #define NEED_VALUE                                                                  \
     do {                                                                            \
         if (!v) {                                                                   \
@@ -169,33 +183,33 @@ int kvr_cmd_sim(int argc, char **argv)
             }
         } else if (!strcmp(a, "--limit")) {
             NEED_VALUE;
-            if (!num_arg(a, v, 0, 1e9, &limit))
+            if (!int_arg(a, v, 0, 1000000000, &limit))
                 return 2;
         } else if (!strcmp(a, "--engines")) {
             NEED_VALUE;
-            if (!num_arg(a, v, 1, 4096, &x))
+            if (!int_arg(a, v, 1, 4096, &n))
                 return 2;
-            cfg.engines = (size_t)x;
+            cfg.engines = (size_t)n;
         } else if (!strcmp(a, "--dp")) {
             NEED_VALUE;
-            if (!num_arg(a, v, 1, 64, &x))
+            if (!int_arg(a, v, 1, 64, &n))
                 return 2;
-            cfg.dp = (uint32_t)x;
+            cfg.dp = (uint32_t)n;
         } else if (!strcmp(a, "--capacity")) {
             NEED_VALUE;
-            if (!num_arg(a, v, 1, 1e9, &x))
+            if (!int_arg(a, v, 1, 1000000000, &n))
                 return 2;
-            cfg.capacity = (size_t)x;
+            cfg.capacity = (size_t)n;
         } else if (!strcmp(a, "--block-size")) {
             NEED_VALUE;
-            if (!num_arg(a, v, 1, 4096, &x))
+            if (!int_arg(a, v, 1, 4096, &n))
                 return 2;
-            cfg.block_size = (uint32_t)x;
+            cfg.block_size = (uint32_t)n;
         } else if (!strcmp(a, "--hicache")) {
             NEED_VALUE;
-            if (!num_arg(a, v, 0, 1e9, &x))
+            if (!int_arg(a, v, 0, 1000000000, &n))
                 return 2;
-            cfg.hicache = (size_t)x;
+            cfg.hicache = (size_t)n;
         } else if (!strcmp(a, "--kimi-share")) {
             NEED_VALUE;
             if (!num_arg(a, v, 0, 1, &cfg.kimi_share))
@@ -218,14 +232,13 @@ int kvr_cmd_sim(int argc, char **argv)
                 return 2;
         } else if (!strcmp(a, "--sync-every")) {
             NEED_VALUE;
-            if (!num_arg(a, v, 1, 1e9, &x))
+            if (!int_arg(a, v, 1, 1000000000, &n))
                 return 2;
-            cfg.sync_every = (unsigned)x;
+            cfg.sync_every = (unsigned)n;
         } else if (!strcmp(a, "--seed")) {
             NEED_VALUE;
-            if (!num_arg(a, v, 0, 1.8e19, &x))
+            if (!int_arg(a, v, 0, UINT64_MAX, &cfg.seed))
                 return 2;
-            cfg.seed = (uint64_t)x;
         } else {
             fprintf(stderr, "kvrouter sim: unknown option '%s' (try --help)\n", a);
             return 2;
@@ -236,7 +249,7 @@ int kvr_cmd_sim(int argc, char **argv)
         fprintf(stderr, "kvrouter sim: --router-opt only applies to a router the sim starts; "
                         "ignored with --router\n");
     if (!trace_path) {
-        usage(stderr);
+        fprintf(stderr, "kvrouter sim: --trace FILE is required (try --help)\n");
         return 2;
     }
 

@@ -8,6 +8,7 @@
 
 #include <zmq.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/decode_json.h"
 #include "kvrouter/wire.h"
@@ -53,17 +54,25 @@ int kvr_cmd_tap(int argc, char **argv)
             return usage(stdout);
         if (strcmp(argv[i], "--topic") == 0 && i + 1 < argc)
             topic = argv[++i];
-        else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc)
-            count = atoll(argv[++i]);
-        else if (argv[i][0] != '-' && !endpoint)
+        else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) {
+            uint64_t n;
+            if (kvr_cli_parse_u64(argv[++i], 0, INT64_MAX, &n) != 0) {
+                fprintf(stderr, "kvrouter tap: --count needs a non-negative integer, got '%s'\n",
+                        argv[i]);
+                return 2;
+            }
+            count = (long long)n;
+        } else if (argv[i][0] != '-' && !endpoint)
             endpoint = argv[i];
         else {
-            fprintf(stderr, "kvrouter tap: unexpected argument '%s'\n", argv[i]);
-            return usage(stderr);
+            fprintf(stderr, "kvrouter tap: unexpected argument '%s' (try --help)\n", argv[i]);
+            return 2;
         }
     }
-    if (!endpoint)
-        return usage(stderr);
+    if (!endpoint) {
+        fprintf(stderr, "kvrouter tap: give the ENDPOINT to subscribe to (try --help)\n");
+        return 2;
+    }
     void *ctx = zmq_ctx_new();
     void *sub = zmq_socket(ctx, ZMQ_SUB);
     int hwm = 100000, zero = 0;

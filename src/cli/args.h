@@ -1,0 +1,11 @@
+/* Argument parsing shared by the kvrouter subcommands. */
+#ifndef KVR_CLI_ARGS_H
+#define KVR_CLI_ARGS_H
+
+#include <stdint.h>
+
+/* Strict unsigned decimal in [min, max]: no sign, spaces, junk or overflow
+ * (strtoull alone would accept "-1", " 7" and "7x"). 0 on success, -1 if not. */
+int kvr_cli_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+
+#endif
