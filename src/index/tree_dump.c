@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "index/tree_internal.h"
+#include "kvrouter/wire.h"
 
 typedef struct {
     uint32_t entry;
@@ -21,7 +22,8 @@ typedef struct {
     size_t off, len; /* this node's connected owners in the arena */
 } frame;
 
-#define MAX_CHAIN 65536 /* the wire bound on hashes per event (SPEC §3) */
+/* One emitted chain holds at most the wire bound on hashes per event (SPEC §3). */
+#define MAX_CHAIN KVR_WIRE_MAX_HASHES
 
 typedef struct {
     uint64_t *e, *l;
