@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "test_support.h"
@@ -15,24 +14,7 @@ static char *run(const char *args, int *status)
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "%s sim --trace %s %s 2>/dev/null", kvr_test_binary(),
              kvr_test_path("data/conversation_trace.jsonl"), args);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t cap = 1 << 16, len = 0;
-    char *out = malloc(cap);
-    assert_non_null(out);
-    size_t n;
-    while ((n = fread(out + len, 1, cap - len - 1, p)) > 0) {
-        len += n;
-        if (cap - len < 1024) {
-            cap *= 2;
-            out = realloc(out, cap);
-            assert_non_null(out);
-        }
-    }
-    out[len] = '\0';
-    int st = pclose(p);
-    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return out;
+    return kvr_test_run(cmd, status);
 }
 
 static json_t *last_line_json(char *out)

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 const char *kvr_test_path(const char *relative)
 {
@@ -16,6 +17,27 @@ const char *kvr_test_binary(void)
 {
     const char *bin = getenv("KVR_BINARY");
     return bin ? bin : "./kvrouter";
+}
+
+char *kvr_test_run(const char *cmdline, int *status)
+{
+    FILE *p = popen(cmdline, "r");
+    assert_non_null(p);
+    size_t cap = 1 << 16, len = 0, n;
+    char *out = malloc(cap);
+    assert_non_null(out);
+    while ((n = fread(out + len, 1, cap - len - 1, p)) > 0) {
+        len += n;
+        if (cap - len < 1024) {
+            cap *= 2;
+            out = realloc(out, cap);
+            assert_non_null(out);
+        }
+    }
+    out[len] = '\0';
+    int st = pclose(p);
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return out;
 }
 
 char *kvr_test_read_file(const char *path, size_t *len)

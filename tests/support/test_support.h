@@ -21,5 +21,8 @@ json_t *kvr_test_load_json(const char *relative);
 uint64_t kvr_test_u64(const char *decimal);
 /* Path of the built kvrouter binary (KVR_BINARY, set by ctest). */
 const char *kvr_test_binary(void);
+/* Runs a shell command line; returns its whole stdout (malloc'd, NUL
+ * terminated) and sets *status to its exit status (-1 if it did not exit). */
+char *kvr_test_run(const char *cmdline, int *status);
 
 #endif
