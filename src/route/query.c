@@ -97,6 +97,13 @@ static kvr_route_status fail(kvr_query_result *out, kvr_route_status st, const c
     return st;
 }
 
+static kvr_route_status unknown_model(kvr_query_result *out, const char *model, const char *group)
+{
+    snprintf(out->error, sizeof out->error,
+             "model_name: no worker registered for model '%.64s' group '%.64s'", model, group);
+    return KVR_ROUTE_UNKNOWN_MODEL;
+}
+
 kvr_route_status route_query(kvr_router *r, const kvr_query_request *req, kvr_query_result *out,
                              kvr_index **index_out, route_scratch **keep)
 {
@@ -112,12 +119,8 @@ kvr_route_status route_query(kvr_router *r, const kvr_query_request *req, kvr_qu
                                                                      : KVR_DEFAULT_ROUTING_GROUP;
     kvr_index *idx = kvr_indexer_index(r->ix, req->model_name, group);
     uint32_t bs = kvr_indexer_block_size(r->ix, req->model_name, group);
-    if (!idx || bs == 0) {
-        snprintf(out->error, sizeof out->error,
-                 "model_name: no worker registered for model '%.64s' group '%.64s'",
-                 req->model_name, group);
-        return KVR_ROUTE_UNKNOWN_MODEL;
-    }
+    if (!idx || bs == 0)
+        return unknown_model(out, req->model_name, group);
     out->block_size = bs;
     if (index_out)
         *index_out = idx;
@@ -128,10 +131,7 @@ kvr_route_status route_query(kvr_router *r, const kvr_query_request *req, kvr_qu
     long nw = list_workers(r, s, req->model_name, group);
     if (nw == 0) {
         route_scratch_release(r, s);
-        snprintf(out->error, sizeof out->error,
-                 "model_name: no worker registered for model '%.64s' group '%.64s'",
-                 req->model_name, group);
-        return KVR_ROUTE_UNKNOWN_MODEL;
+        return unknown_model(out, req->model_name, group);
     }
     if (nw < 0 || route_build_profiles(s, (size_t)nw, req) < 0 ||
         route_match_profiles(s, idx, bs, req) < 0 ||
