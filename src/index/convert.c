@@ -88,7 +88,9 @@ static uint64_t store_seed(const kvr_converter *c, const kvr_norm_event *s)
     uint64_t inherited;
     if (s->has_parent && kvr_u64map_get(&c->seeds, s->parent, &inherited))
         return inherited;
-    if (lora.ptr == c->lora_str.ptr)
+    /* An event naming the registered adapter reuses the seed computed at
+     * creation instead of hashing the name again on every store. */
+    if (lora.ptr == c->lora_str.ptr || (c->lora && kvr_str_eq(lora, c->lora)))
         return c->default_seed;
     kvr_str none = {NULL, 0};
     return kvr_hash_seed(lora, none);

@@ -63,6 +63,9 @@ static void test_lora_from_worker_vs_event(void **state)
     e.lora_name = S(""); /* empty is no name */
     kvr_convert_store(c, &e, out);
     assert_int_equal(out[0], 6665157333201000639ull);
+    e.lora_name = S("adapter-a"); /* naming the worker's own adapter: same seed */
+    kvr_convert_store(c, &e, out);
+    assert_int_equal(out[0], 6665157333201000639ull);
     kvr_converter_destroy(c);
     /* the event's adapter wins over the worker's */
     c = kvr_converter_create(4, false, "other");
