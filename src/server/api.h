@@ -1,6 +1,7 @@
 /* Internal contract between the HTTP core (http.c) and endpoint handlers
- * (api_*.c). A handler gets the parsed JSON body (NULL for GET) and fills a
- * reply; the core serializes it, counts latency, and owns the memory. */
+ * (api_*.c). A handler gets the parsed JSON body (an object; for GET the
+ * query arguments as a flat object of strings) and fills a reply; the core
+ * serializes it, counts latency, and owns the memory. */
 #ifndef KVR_SERVER_API_H
 #define KVR_SERVER_API_H
 
