@@ -225,6 +225,13 @@ static void check_store_evict(kvr_wire_style style)
     assert_int_equal(f.runs[0].type, KVR_EV_CLEARED);
     assert_int_equal(kvr_sim_engine_gpu_size(f.eng), 0);
     assert_int_equal(kvr_sim_engine_last_seq(f.eng), 2);
+    /* the engine's own counters agree with the events received above */
+    kvr_sim_engine_stats st = kvr_sim_engine_get_stats(f.eng);
+    assert_int_equal(st.batches, 3);
+    assert_int_equal(st.gpu_stored, 4 + 6);
+    assert_int_equal(st.gpu_removed, 2);
+    assert_int_equal(st.clears, 1);
+    assert_int_equal(st.cpu_stored + st.cpu_removed, 0);
     teardown_engine(&f);
 }
 
@@ -326,6 +333,9 @@ static void test_hicache_moves_evicted_to_cpu(void **state)
     assert_int_equal(cpu_stored, 2 + 2);
     assert_int_equal(cpu_removed, 2);
     assert_int_equal(kvr_sim_engine_cpu_size(f.eng), 8);
+    kvr_sim_engine_stats st = kvr_sim_engine_get_stats(f.eng);
+    assert_int_equal(st.cpu_stored, 4 + 2 + cpu_stored);
+    assert_int_equal(st.cpu_removed, cpu_removed);
     teardown_engine(&f);
 }
 
