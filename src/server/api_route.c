@@ -26,6 +26,13 @@ static void parsed_free(parsed *p)
     free(p->allowed);
 }
 
+/* Absent and null both mean "not given", as json_util.h reads fields. */
+static bool given(json_t *body, const char *key)
+{
+    json_t *v = json_object_get(body, key);
+    return v && !json_is_null(v);
+}
+
 static int hexval(char c)
 {
     if (c >= '0' && c <= '9')
@@ -226,9 +233,8 @@ static bool parse_route(const kvr_json_body *b, parsed *p, kvr_route_request *rq
     rq->q = p->q;
     kvr_json_err e = {{0}};
     uint64_t osl = 0, rank = 0;
-    bool has_rank = json_object_get(body, "dp_rank") && !json_is_null(json_object_get(body, "dp_rank"));
-    rq->has_worker_id = json_object_get(body, "worker_id") &&
-                        !json_is_null(json_object_get(body, "worker_id"));
+    rq->has_dp_rank = given(body, "dp_rank");
+    rq->has_worker_id = given(body, "worker_id");
     if (!kvr_json_get_str(body, "request_id", true, true, KVR_ROUTE_MAX_ID_LEN + 1,
                           &rq->request_id, &e) ||
         !kvr_json_get_uint(body, "osl", false, 0, UINT32_MAX, &osl, &e) ||
@@ -239,7 +245,6 @@ static bool parse_route(const kvr_json_body *b, parsed *p, kvr_route_request *rq
         return false;
     }
     rq->osl = (uint32_t)osl;
-    rq->has_dp_rank = has_rank;
     rq->dp_rank = (uint32_t)rank;
     if (!get_number(body, "temperature", &rq->has_temperature, &rq->temperature, reply) ||
         !get_number(body, "overlap_score_credit", &rq->has_overlap_score_credit,
