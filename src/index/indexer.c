@@ -336,12 +336,6 @@ bool kvr_ix_accepts_effective(const kvr_worker *w)
     return !atomic_load(&w->wide_seen);
 }
 
-static int cmp_u32(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* Caller holds the registry lock (shared). */
 static void caps_fill(kvr_worker *w, kvr_worker_caps *c)
 {
@@ -355,24 +349,11 @@ static void caps_fill(kvr_worker *w, kvr_worker_caps *c)
     /* the worker mutex only: rank mutexes are held for whole batches */
     pthread_mutex_lock(&w->mu);
     c->n_ranks = (uint32_t)w->n_ranks;
-    uint32_t k = 0;
-    if (w->n_ranks <= KVR_CAPS_RANKS) {
-        for (; k < w->n_ranks; k++)
-            c->ranks[k] = w->ranks[k]->rank;
-    } else {
-        /* keep the lowest ranks: a stable subset across snapshots */
-        uint32_t *all = malloc(w->n_ranks * sizeof(*all));
-        for (size_t i = 0; all && i < w->n_ranks; i++)
-            all[i] = w->ranks[i]->rank;
-        if (all) {
-            qsort(all, w->n_ranks, sizeof(*all), cmp_u32);
-            memcpy(c->ranks, all, sizeof(c->ranks));
-            k = KVR_CAPS_RANKS;
-        }
-        free(all);
-    }
+    /* w->ranks is sorted: the lowest ranks, a stable subset across snapshots */
+    uint32_t k = c->n_ranks < KVR_CAPS_RANKS ? c->n_ranks : KVR_CAPS_RANKS;
+    for (uint32_t i = 0; i < k; i++)
+        c->ranks[i] = w->ranks[i]->rank;
     pthread_mutex_unlock(&w->mu);
-    qsort(c->ranks, k, sizeof(*c->ranks), cmp_u32);
 }
 
 void kvr_worker_caps_get(kvr_indexer *ix, kvr_worker *w, kvr_worker_caps *out)

@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 kvr_rank_state *kvr_ix_rank_create(kvr_worker *w, uint32_t rank)
 {
@@ -49,12 +50,11 @@ kvr_rank_state *kvr_ix_rank_get(kvr_worker *w, uint32_t rank, bool create)
 {
     kvr_rank_state *found = NULL;
     pthread_mutex_lock(&w->mu);
-    for (size_t i = 0; i < w->n_ranks; i++) {
-        if (w->ranks[i]->rank == rank) {
-            found = w->ranks[i];
-            break;
-        }
-    }
+    size_t at = 0; /* where rank is, or would be inserted in order */
+    while (at < w->n_ranks && w->ranks[at]->rank < rank)
+        at++;
+    if (at < w->n_ranks && w->ranks[at]->rank == rank)
+        found = w->ranks[at];
     if (!found && create && w->n_ranks < KVR_MAX_DP_RANKS) {
         if (w->n_ranks == w->cap_ranks) {
             size_t cap = w->cap_ranks ? w->cap_ranks * 2 : 4;
@@ -66,8 +66,11 @@ kvr_rank_state *kvr_ix_rank_get(kvr_worker *w, uint32_t rank, bool create)
         }
         if (w->n_ranks < w->cap_ranks) {
             found = kvr_ix_rank_create(w, rank);
-            if (found)
-                w->ranks[w->n_ranks++] = found;
+            if (found) {
+                memmove(&w->ranks[at + 1], &w->ranks[at], (w->n_ranks - at) * sizeof(*w->ranks));
+                w->ranks[at] = found;
+                w->n_ranks++;
+            }
         }
     }
     pthread_mutex_unlock(&w->mu);
@@ -388,7 +391,8 @@ bool kvr_indexer_unregister_rank(kvr_indexer *ix, kvr_worker *w, uint32_t rank)
             continue;
         kvr_index_clear_owner(w->grp->idx, r->owner);
         kvr_ix_rank_destroy(r);
-        w->ranks[i] = w->ranks[--w->n_ranks];
+        w->n_ranks--;
+        memmove(&w->ranks[i], &w->ranks[i + 1], (w->n_ranks - i) * sizeof(*w->ranks));
         found = true;
         break;
     }

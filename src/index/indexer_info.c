@@ -22,12 +22,6 @@ static void rank_info(kvr_rank_state *r, kvr_rank_info *out)
     pthread_mutex_unlock(&r->mu);
 }
 
-static int cmp_rank(const void *a, const void *b)
-{
-    uint32_t x = (*(kvr_rank_state *const *)a)->rank, y = (*(kvr_rank_state *const *)b)->rank;
-    return (x > y) - (x < y);
-}
-
 /* Caller holds the registry lock (shared). */
 static void worker_info(kvr_worker *w, kvr_worker_info *out)
 {
@@ -58,7 +52,6 @@ static void worker_info(kvr_worker *w, kvr_worker_info *out)
     pthread_mutex_unlock(&w->mu);
     if (!ranks)
         return;
-    qsort(ranks, n, sizeof(*ranks), cmp_rank);
     out->n_ranks_total = (uint32_t)n;
     for (size_t i = 0; i < n && i < KVR_MAX_RANKS_INFO; i++)
         rank_info(ranks[i], &out->ranks[out->n_ranks++]);

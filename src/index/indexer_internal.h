@@ -51,7 +51,7 @@ struct kvr_worker {
     kvr_worker_conf conf;
     uint64_t lora_seed;
     pthread_mutex_t mu;
-    kvr_rank_state **ranks;
+    kvr_rank_state **ranks; /* sorted by rank, so snapshots need no sort */
     size_t n_ranks, cap_ranks;
     atomic_bool wide_seen;
     atomic_uint_fast64_t batches_rejected;

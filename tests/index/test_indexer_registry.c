@@ -337,6 +337,13 @@ static void test_caps_and_list(void **state)
     assert_int_equal(caps[0].n_ranks, 2);
     assert_int_equal(caps[0].ranks[0], 2);
     assert_int_equal(caps[0].ranks[1], 5);
+    /* removing a rank keeps the others in order */
+    kvr_indexer_apply(ix, w7, 3, &empty);
+    assert_true(kvr_indexer_unregister_rank(ix, w7, 2));
+    kvr_worker_caps_get(ix, w7, &caps[0]);
+    assert_int_equal(caps[0].n_ranks, 2);
+    assert_int_equal(caps[0].ranks[0], 3);
+    assert_int_equal(caps[0].ranks[1], 5);
 
     assert_int_equal(kvr_indexer_list(ix, NULL, NULL, NULL, 0), 4);
     assert_int_equal(kvr_indexer_list(ix, MODEL, NULL, NULL, 0), 3);
