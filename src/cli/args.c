@@ -1,6 +1,7 @@
 #include "cli/args.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 int kvr_cli_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
@@ -14,4 +15,11 @@ int kvr_cli_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
         return -1;
     *out = v;
     return 0;
+}
+
+int kvr_cli_usage_error(const char *cmd, const char *what, const char *arg)
+{
+    fprintf(stderr, "kvrouter %s: %s%s%s (try --help)\n", cmd, what, arg ? ": " : "",
+            arg ? arg : "");
+    return 2;
 }

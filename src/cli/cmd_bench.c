@@ -44,13 +44,6 @@ static const char bench_usage[] =
     "--events replays such a file instead of building one. The last line of the\n"
     "output is one JSON object.\n";
 
-static int bench_fail(const char *what, const char *arg)
-{
-    fprintf(stderr, "kvrouter bench: %s%s%s (try --help)\n", what, arg ? ": " : "",
-            arg ? arg : "");
-    return 2;
-}
-
 static double now_s(void)
 {
     struct timespec ts;
@@ -101,7 +94,9 @@ int kvr_cmd_bench(int argc, char **argv)
         case 'P': pipeline = true; break;
         case 'C': bad = kvr_cli_parse_u64(optarg, 0, 65536, &coalesce); break;
         case 'h': fputs(bench_usage, stdout); return 0;
-        default: return bench_fail("unknown option or missing value", argv[optind - 1]);
+        default:
+            return kvr_cli_usage_error("bench", "unknown option or missing value",
+                                       argv[optind - 1]);
         }
         if (bad) {
             fprintf(stderr, "kvrouter bench: bad value for --%s: %s (try --help)\n",
@@ -110,9 +105,10 @@ int kvr_cmd_bench(int argc, char **argv)
         }
     }
     if (optind < argc)
-        return bench_fail("unexpected argument", argv[optind]);
+        return kvr_cli_usage_error("bench", "unexpected argument", argv[optind]);
     if (pipeline && events)
-        return bench_fail("--pipeline needs the tokens of a built stream, not --events", NULL);
+        return kvr_cli_usage_error(
+            "bench", "--pipeline needs the tokens of a built stream, not --events", NULL);
 
     kvr_bench_stream s;
     char err[512];

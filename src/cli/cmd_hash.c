@@ -17,13 +17,6 @@ static const char hash_usage[] =
     "mixed with the LoRA name and cache salt. --eagle hashes B+1-token windows\n"
     "with stride B (Eagle workers). Tokens after the last whole block are ignored.\n";
 
-static int hash_fail(const char *what, const char *arg)
-{
-    fprintf(stderr, "kvrouter hash: %s%s%s (try --help)\n", what, arg ? ": " : "",
-            arg ? arg : "");
-    return 2;
-}
-
 static const char missing_value[] = "";
 
 /* Option value of "--opt V" or "--opt=V"; advances *i past what it used.
@@ -65,25 +58,26 @@ int kvr_cmd_hash(int argc, char **argv)
                    (v = opt_value(argc, argv, &i, "--lora")) ||
                    (v = opt_value(argc, argv, &i, "--salt"))) {
             if (v == missing_value)
-                rc = hash_fail("option needs a value", a);
+                rc = kvr_cli_usage_error("hash", "option needs a value", a);
             else if (a[2] == 'l')
                 lora = (kvr_str){v, (uint32_t)strlen(v)};
             else if (a[2] == 's')
                 salt = (kvr_str){v, (uint32_t)strlen(v)};
             else if (kvr_cli_parse_u64(v, 1, UINT32_MAX, &block_size))
-                rc = hash_fail("--block-size must be an integer in 1..4294967295", v);
+                rc = kvr_cli_usage_error("hash", "--block-size must be an integer in 1..4294967295",
+                                         v);
         } else if (a[0] == '-' && a[1] != '\0' && (a[1] < '0' || a[1] > '9')) {
-            rc = hash_fail("unknown option", a);
+            rc = kvr_cli_usage_error("hash", "unknown option", a);
         } else if (kvr_cli_parse_u64(a, 0, UINT32_MAX, &tok)) {
-            rc = hash_fail("token is not a u32 decimal", a);
+            rc = kvr_cli_usage_error("hash", "token is not a u32 decimal", a);
         } else {
             tokens[n++] = (uint32_t)tok;
         }
     }
     if (rc == 0 && block_size == 0)
-        rc = hash_fail("--block-size is required", NULL);
+        rc = kvr_cli_usage_error("hash", "--block-size is required", NULL);
     if (rc == 0 && n == 0)
-        rc = hash_fail("no tokens", NULL);
+        rc = kvr_cli_usage_error("hash", "no tokens", NULL);
     if (rc) {
         free(tokens);
         return rc;
