@@ -123,7 +123,6 @@ void kvr_prefix_cache_destroy(kvr_prefix_cache *c)
 }
 
 size_t kvr_prefix_cache_size(const kvr_prefix_cache *c) { return c->size; }
-size_t kvr_prefix_cache_capacity(const kvr_prefix_cache *c) { return c->capacity; }
 
 static uint32_t find(const kvr_prefix_cache *c, uint64_t key)
 {

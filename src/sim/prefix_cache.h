@@ -38,7 +38,6 @@ size_t kvr_prefix_cache_insert(kvr_prefix_cache *c, const uint64_t *keys, size_t
 void kvr_prefix_cache_clear(kvr_prefix_cache *c);
 
 size_t kvr_prefix_cache_size(const kvr_prefix_cache *c);
-size_t kvr_prefix_cache_capacity(const kvr_prefix_cache *c);
 /* Whether the block with this chain key is cached (no touch). */
 bool kvr_prefix_cache_contains(const kvr_prefix_cache *c, uint64_t key);
 
