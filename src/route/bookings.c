@@ -326,26 +326,27 @@ static int check_id(const char *id)
     return id && id[0] && strlen(id) <= KVR_ROUTE_MAX_ID_LEN;
 }
 
-kvr_route_status kvr_router_prefill_done(kvr_router *r, const char *request_id)
+/* A booking expired by now is unknown to op, as if the sweeper had run. */
+static kvr_route_status booking_op(kvr_router *r, const char *request_id,
+                                   kvr_route_status (*op)(route_bookings *, const char *))
 {
     if (!check_id(request_id))
         return KVR_ROUTE_UNKNOWN_ID;
     pthread_mutex_lock(&r->mu);
     route_bookings_expire(&r->bk, route_now());
-    kvr_route_status st = route_booking_prefill_done(&r->bk, request_id);
+    kvr_route_status st = op(&r->bk, request_id);
     pthread_mutex_unlock(&r->mu);
     return st;
 }
 
+kvr_route_status kvr_router_prefill_done(kvr_router *r, const char *request_id)
+{
+    return booking_op(r, request_id, route_booking_prefill_done);
+}
+
 kvr_route_status kvr_router_release(kvr_router *r, const char *request_id)
 {
-    if (!check_id(request_id))
-        return KVR_ROUTE_UNKNOWN_ID;
-    pthread_mutex_lock(&r->mu);
-    route_bookings_expire(&r->bk, route_now());
-    kvr_route_status st = route_booking_release(&r->bk, request_id);
-    pthread_mutex_unlock(&r->mu);
-    return st;
+    return booking_op(r, request_id, route_booking_release);
 }
 
 size_t kvr_router_sweep(kvr_router *r)
