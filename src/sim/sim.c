@@ -148,12 +148,18 @@ static uint64_t next_rand(uint64_t *s)
     return z ^ (z >> 31);
 }
 
+/* Fewer running requests, then fewer tokens still to prefill. */
+static bool lighter(const sim_run *s, size_t a, size_t b)
+{
+    return s->running[a] < s->running[b] ||
+           (s->running[a] == s->running[b] && s->queued_tokens[a] < s->queued_tokens[b]);
+}
+
 static size_t least_loaded(const sim_run *s)
 {
     size_t best = 0;
     for (size_t w = 1; w < s->n_slots; w++)
-        if (s->running[w] < s->running[best] ||
-            (s->running[w] == s->running[best] && s->queued_tokens[w] < s->queued_tokens[best]))
+        if (lighter(s, w, best))
             best = w;
     return best;
 }
@@ -177,10 +183,7 @@ static size_t oracle_pick(sim_run *s)
         kvr_sim_hit hit;
         kvr_sim_engine_peek(s->eng[w], engine_tokens(s, w), s->req.n, &hit);
         size_t m = hit.gpu_blocks + hit.cpu_blocks;
-        if (best == SIZE_MAX || m > best_m ||
-            (m == best_m && (s->running[w] < s->running[best] ||
-                             (s->running[w] == s->running[best] &&
-                              s->queued_tokens[w] < s->queued_tokens[best])))) {
+        if (best == SIZE_MAX || m > best_m || (m == best_m && lighter(s, w, best))) {
             best = w;
             best_m = m;
         }
