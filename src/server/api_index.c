@@ -79,16 +79,7 @@ void kvr_api_query_by_hash(kvr_server *srv, json_t *body, kvr_api_reply *reply)
     const kvr_match_entry *m = NULL;
     size_t k = ctx ? kvr_indexer_match_hashes(srv->ix, model, group, ctx, hashes, n, &m) : 0;
     free(hashes);
-    kvr_score_row *rows = malloc((k ? k : 1) * sizeof *rows);
-    if (!rows) {
-        kvr_api_error(reply, 500, "out of memory");
-        return;
-    }
-    for (size_t i = 0; i < k; i++)
-        rows[i] = (kvr_score_row){m[i].worker_id, m[i].dp_rank, m[i].gpu_blocks,
-                                  m[i].cpu_blocks, m[i].disk_blocks};
-    reply->body = kvr_scores_json(rows, k, bs);
-    free(rows);
+    reply->body = kvr_scores_json(m, k, bs);
     reply->status = reply->body ? 200 : 500;
 }
 

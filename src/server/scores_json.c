@@ -65,12 +65,12 @@ int kvr_scores_json_add(json_t *root, uint64_t worker_id, uint32_t dp_rank, uint
     return 0;
 }
 
-json_t *kvr_scores_json(const kvr_score_row *rows, size_t n, uint32_t block_size)
+json_t *kvr_scores_json(const kvr_match_entry *m, size_t n, uint32_t block_size)
 {
     json_t *root = kvr_scores_json_new();
     for (size_t i = 0; root && i < n; i++)
-        if (kvr_scores_json_add(root, rows[i].worker_id, rows[i].dp_rank, rows[i].gpu_blocks,
-                                rows[i].cpu_blocks, rows[i].disk_blocks, block_size) < 0) {
+        if (kvr_scores_json_add(root, m[i].worker_id, m[i].dp_rank, m[i].gpu_blocks,
+                                m[i].cpu_blocks, m[i].disk_blocks, block_size) < 0) {
             json_decref(root);
             root = NULL;
         }

@@ -22,13 +22,8 @@ json_t *kvr_scores_json_new(void);
  * or -1 on out of memory. Adding the same (worker, rank) twice overwrites. */
 int kvr_scores_json_add(json_t *root, uint64_t worker_id, uint32_t dp_rank, uint32_t gpu_blocks,
                         uint32_t cpu_blocks, uint32_t disk_blocks, uint32_t block_size);
-typedef struct {
-    uint64_t worker_id;
-    uint32_t dp_rank;
-    uint32_t gpu_blocks, cpu_blocks, disk_blocks;
-} kvr_score_row;
 
-/* The whole body from rows (e.g. kvr_index_match results); NULL on OOM. */
-json_t *kvr_scores_json(const kvr_score_row *rows, size_t n, uint32_t block_size);
+/* The whole body from match results (kvr_indexer_match_hashes); NULL on OOM. */
+json_t *kvr_scores_json(const kvr_match_entry *m, size_t n, uint32_t block_size);
 
 #endif
