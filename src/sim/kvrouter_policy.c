@@ -89,17 +89,20 @@ static int64_t router_last_seq(kvr_sim_kr *kr, json_t *workers, uint64_t id, uin
     return -1;
 }
 
+static bool any_dirty(const kvr_sim_kr *kr)
+{
+    for (size_t s = 0; s < kr->n_slots; s++)
+        if (kr->dirty[s])
+            return true;
+    return false;
+}
+
 void kvr_sim_kr_sync(kvr_sim_kr *kr)
 {
     double t0 = now_s();
     double deadline = t0 + kr->cfg->sync_timeout_ms / 1000.0;
     unsigned backoff_us = 50;
-    for (;;) {
-        bool pending = false;
-        for (size_t s = 0; s < kr->n_slots; s++)
-            pending |= kr->dirty[s];
-        if (!pending)
-            break;
+    while (any_dirty(kr)) {
         long status;
         kr->sync_polls++;
         if (kvr_sim_http_call(kr->http, "/workers", NULL, 0, &status, &kr->resp) == 0 &&
@@ -120,10 +123,7 @@ void kvr_sim_kr_sync(kvr_sim_kr *kr)
             memset(kr->dirty, 0, kr->n_slots * sizeof *kr->dirty);
             break;
         }
-        pending = false;
-        for (size_t s = 0; s < kr->n_slots; s++)
-            pending |= kr->dirty[s];
-        if (pending) {
+        if (any_dirty(kr)) {
             struct timespec ts = {0, (long)backoff_us * 1000};
             nanosleep(&ts, NULL);
             if (backoff_us < 2000)
