@@ -270,8 +270,8 @@ int kvr_cmd_sim(int argc, char **argv)
     pid_t router_pid = -1;
     char url[128];
     if (which[KVR_SIM_KVROUTER] && !cfg.router_url) {
-        if (kvr_sim_router_spawn("/proc/self/exe", cfg.seed, router_opts, n_router_opts, url, sizeof url, &router_pid, 10000, err,
-                                 sizeof err) != 0) {
+        if (kvr_sim_router_spawn("/proc/self/exe", cfg.seed, router_opts, n_router_opts, url,
+                                 sizeof url, &router_pid, 10000, err, sizeof err) != 0) {
             fprintf(stderr, "kvrouter sim: %s\n", err);
             rc = 1;
             goto out;
@@ -324,9 +324,13 @@ int kvr_cmd_sim(int argc, char **argv)
                k->router_drops ? " (" : "", k->router_drop_detail, k->router_drops ? ")" : "");
     }
     if (svg) {
-        char title[256];
-        snprintf(title, sizeof title, "kvrouter sim: %zu requests, %zu engines, capacity %zu blocks",
-                 trace.n, cfg.engines * cfg.dp, cfg.capacity);
+        /* engines, not engines x ranks: the table and the log count engines */
+        char title[256], ranks[32] = "";
+        if (cfg.dp > 1)
+            snprintf(ranks, sizeof ranks, " x %u ranks", cfg.dp);
+        snprintf(title, sizeof title,
+                 "kvrouter sim: %zu requests, %zu engines%s, capacity %zu blocks", trace.n,
+                 cfg.engines, ranks, cfg.capacity);
         if (kvr_sim_write_svg(svg, res, which, title) != 0) {
             fprintf(stderr, "kvrouter sim: cannot write %s: %s\n", svg, strerror(errno));
             rc = 1;
