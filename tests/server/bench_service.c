@@ -28,13 +28,9 @@ static kvr_server *start_server(int port, char *base, size_t cap)
     kvr_server_config cfg;
     kvr_server_config_default(&cfg);
     cfg.port = port;
-    char err[256];
-    kvr_server *srv = kvr_server_start(&cfg, err, sizeof err);
-    if (!srv) {
-        fprintf(stderr, "server: %s\n", err);
+    kvr_server *srv = th_server_start(&cfg, base, cap);
+    if (!srv)
         exit(1);
-    }
-    snprintf(base, cap, "http://127.0.0.1:%d", kvr_server_port(srv));
     return srv;
 }
 

@@ -18,6 +18,7 @@
 #include <zmq.h>
 
 #include "kvrouter/hash.h"
+#include "kvrouter/server.h"
 #include "kvrouter/wire_encode.h"
 
 /* ---------------------------------------------------------------- time */
@@ -403,6 +404,20 @@ static inline long long th_wait_counter(const char *base, uint64_t worker, const
             return v;
         th_sleep_ms(5);
     }
+}
+
+/* kvr_server_start(cfg); base gets "http://127.0.0.1:<port>". NULL (the
+ * reason on stderr) when it does not start. */
+static inline kvr_server *th_server_start(const kvr_server_config *cfg, char *base, size_t cap)
+{
+    char err[256];
+    kvr_server *srv = kvr_server_start(cfg, err, sizeof err);
+    if (!srv) {
+        fprintf(stderr, "server: %s\n", err);
+        return NULL;
+    }
+    snprintf(base, cap, "http://127.0.0.1:%d", kvr_server_port(srv));
+    return srv;
 }
 
 static inline long th_register(const char *base, const char *json_body, json_t **reply)

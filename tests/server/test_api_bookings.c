@@ -33,11 +33,9 @@ static void test_lost_free_expires_without_router_calls(void **state)
     cfg.port = 0;
     cfg.router.booking_ttl_s = 0.2;
     cfg.router.rng_seed = 3;
-    char err[256];
-    kvr_server *srv = kvr_server_start(&cfg, err, sizeof err);
-    assert_non_null(srv);
     char base[64];
-    snprintf(base, sizeof base, "http://127.0.0.1:%d", kvr_server_port(srv));
+    kvr_server *srv = th_server_start(&cfg, base, sizeof base);
+    assert_non_null(srv);
     assert_int_equal(th_register(base,
                                  "{\"instance_id\": 1, \"endpoint\": \"tcp://127.0.0.1:1\", "
                                  "\"model_name\": \"m\", \"block_size\": 4}",

@@ -65,13 +65,9 @@ static int setup(void **state)
     cfg.port = 0;
     cfg.source.poll_ms = 5;
     cfg.router.rng_seed = 11;
-    char err[256];
-    f->srv = kvr_server_start(&cfg, err, sizeof err);
-    if (!f->srv) {
-        fprintf(stderr, "server: %s\n", err);
+    f->srv = th_server_start(&cfg, f->base, sizeof f->base);
+    if (!f->srv)
         return -1;
-    }
-    snprintf(f->base, sizeof f->base, "http://127.0.0.1:%d", kvr_server_port(f->srv));
     snprintf(f->hash16, sizeof f->hash16, "%016" PRIx64, (uint64_t)MM_HASH);
     /* A 64-hex identity (e.g. SHA-256): the last 16 digits are the u64. */
     snprintf(f->hash64, sizeof f->hash64, "%s%s", "0123456789abcdef0123456789abcdef0123456789abcdef",

@@ -25,10 +25,8 @@ static void start(srv_t *s, size_t max_body, const char *const *peers, size_t n_
     cfg.n_peers = n_peers;
     cfg.workers_json = workers_json;
     cfg.source.poll_ms = 5;
-    char err[256];
-    s->srv = kvr_server_start(&cfg, err, sizeof err);
+    s->srv = th_server_start(&cfg, s->base, sizeof s->base);
     assert_non_null(s->srv);
-    snprintf(s->base, sizeof s->base, "http://127.0.0.1:%d", kvr_server_port(s->srv));
 }
 
 static long post(const srv_t *s, const char *path, const char *body, char *err_out, size_t cap)

@@ -24,13 +24,9 @@ static int setup_with(void **state, uint32_t replay_timeout_ms)
     cfg.port = 0;
     cfg.source.replay_timeout_ms = replay_timeout_ms;
     cfg.source.poll_ms = 5;
-    char err[256];
-    f->srv = kvr_server_start(&cfg, err, sizeof err);
-    if (!f->srv) {
-        fprintf(stderr, "server: %s\n", err);
+    f->srv = th_server_start(&cfg, f->base, sizeof f->base);
+    if (!f->srv)
         return -1;
-    }
-    snprintf(f->base, sizeof f->base, "http://127.0.0.1:%d", kvr_server_port(f->srv));
     *state = f;
     return 0;
 }
