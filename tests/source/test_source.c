@@ -63,6 +63,15 @@ static void *flood_main(void *arg)
     return NULL;
 }
 
+/* Messages received by every listener now (they go with their worker). */
+static void do_count(kvr_source *src, void *arg)
+{
+    kvr_listener_info info[4];
+    size_t n = kvr_source_listeners(src, NULL, info, 4);
+    for (size_t i = 0; i < n && i < 4; i++)
+        *(uint64_t *)arg += info[i].c.messages;
+}
+
 static void test_registry_changes_under_flood(void **state)
 {
     (void)state;
@@ -77,16 +86,20 @@ static void test_registry_changes_under_flood(void **state)
     flood_arg fa = {&e, 0, 0};
     pthread_t t;
     pthread_create(&t, NULL, flood_main, &fa);
+    uint64_t received = 0;
     for (int i = 0; i < 40; i++) {
         reg_arg r = {.id = 1, .endpoint = e.endpoint, .replay = ""};
         assert_int_equal(kvr_source_run(src, do_reg, &r), 0);
         th_sleep_ms(3);
+        assert_int_equal(kvr_source_run(src, do_count, &received), 0);
         reg_arg u = {.id = 1, .unregister = true};
         assert_int_equal(kvr_source_run(src, do_reg, &u), 0);
     }
     fa.stop = 1;
     pthread_join(t, NULL);
     assert_true(fa.sent > 0);
+    /* The flood reached the listeners the registrations kept replacing. */
+    assert_true(received > 0);
     assert_int_equal(kvr_indexer_list(ix, NULL, NULL, NULL, 0), 0);
     kvr_source_destroy(src);
     th_engine_stop(&e);
