@@ -13,6 +13,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "sim/bench.h"
+#include "sim/clock.h"
 
 static const char bench_usage[] =
     "usage: kvrouter bench [--trace FILE] [--workers W] [--capacity BLOCKS]\n"
@@ -43,13 +44,6 @@ static const char bench_usage[] =
     "run the matches concurrently. --emit-events writes the stream as JSON lines;\n"
     "--events replays such a file instead of building one. The last line of the\n"
     "output is one JSON object.\n";
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 int kvr_cmd_bench(int argc, char **argv)
 {
@@ -112,7 +106,7 @@ int kvr_cmd_bench(int argc, char **argv)
 
     kvr_bench_stream s;
     char err[512];
-    double t0 = now_s();
+    double t0 = kvr_sim_seconds(CLOCK_MONOTONIC);
     if (events) {
         if (kvr_bench_read_events(events, &s, err, sizeof err) < 0) {
             fprintf(stderr, "kvrouter bench: %s\n", err);
@@ -133,7 +127,7 @@ int kvr_cmd_bench(int argc, char **argv)
             return 1;
         }
     }
-    double build_s = now_s() - t0;
+    double build_s = kvr_sim_seconds(CLOCK_MONOTONIC) - t0;
     if (emit) {
         FILE *f = fopen(emit, "w");
         if (!f || kvr_bench_write_events(&s, f) < 0) {

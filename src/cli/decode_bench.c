@@ -9,16 +9,10 @@
 #include <time.h>
 
 #include "kvrouter/wire_encode.h"
+#include "sim/clock.h"
 
 enum { BENCH_EVENTS = 64, BENCH_BLOCKS = 4, BENCH_BLOCK_SIZE = 16 };
 enum { BENCH_TOKENS = BENCH_BLOCKS * BENCH_BLOCK_SIZE };
-
-static double clock_seconds(clockid_t id)
-{
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* Token ids spread over a 150k vocabulary, hashes over all 64 bits, as a
  * real engine publishes them (so the msgpack int widths are realistic). */
@@ -68,13 +62,13 @@ int kvr_cli_decode_bench(uint64_t iterations)
     }
     uint64_t events = 0;
     /* CPU time too: on a shared machine wall time also counts waiting */
-    double t0 = clock_seconds(CLOCK_MONOTONIC), c0 = clock_seconds(CLOCK_PROCESS_CPUTIME_ID);
+    double t0 = kvr_sim_seconds(CLOCK_MONOTONIC), c0 = kvr_sim_seconds(CLOCK_PROCESS_CPUTIME_ID);
     for (uint64_t i = 0; i < iterations; i++) {
         kvr_batch_decode(&b, w.data, w.len);
         events += b.n_events;
     }
-    double secs = clock_seconds(CLOCK_MONOTONIC) - t0;
-    double cpu = clock_seconds(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    double secs = kvr_sim_seconds(CLOCK_MONOTONIC) - t0;
+    double cpu = kvr_sim_seconds(CLOCK_PROCESS_CPUTIME_ID) - c0;
     if (secs <= 0)
         secs = 1e-9;
     if (cpu <= 0)

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "kvrouter/hash.h"
+#include "sim/clock.h"
 #include "sim/prefix_cache.h"
 #include "util/u64map.h"
 
@@ -182,20 +183,6 @@ out:
 
 /* ---- replay ---- */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -303,7 +290,7 @@ int kvr_bench_replay_coalesced(const kvr_bench_stream *s, uint32_t coalesce, kvr
     kvr_index_stats base;
     kvr_index_stats_get(idx, &base);
     r->bytes_baseline = base.bytes;
-    double t0 = now_s(), c0 = cpu_s();
+    double t0 = kvr_sim_seconds(CLOCK_MONOTONIC), c0 = kvr_sim_seconds(CLOCK_THREAD_CPUTIME_ID);
     for (size_t i = 0; i < s->n; i++) {
         const kvr_bench_op *op = &s->ops[i];
         if (op->kind != KVR_BOP_MATCH) {
@@ -322,15 +309,15 @@ int kvr_bench_replay_coalesced(const kvr_bench_stream *s, uint32_t coalesce, kvr
             continue;
         }
         const kvr_match_entry *res;
-        double a = now_s();
+        double a = kvr_sim_seconds(CLOCK_MONOTONIC);
         size_t k = kvr_index_match(idx, ctx, s->pool + op->off, op->n, &res);
-        lat[r->matches++] = now_s() - a;
+        lat[r->matches++] = kvr_sim_seconds(CLOCK_MONOTONIC) - a;
         r->match_blocks += op->n;
         for (size_t j = 0; j < k; j++)
             r->checksum += res[j].gpu_blocks;
     }
-    r->seconds = now_s() - t0;
-    r->cpu_seconds = cpu_s() - c0;
+    r->seconds = kvr_sim_seconds(CLOCK_MONOTONIC) - t0;
+    r->cpu_seconds = kvr_sim_seconds(CLOCK_THREAD_CPUTIME_ID) - c0;
     kvr_index_stats_get(idx, &r->stats);
     r->match_p50_us = percentile(lat, r->matches, 0.50) * 1e6;
     r->match_p99_us = percentile(lat, r->matches, 0.99) * 1e6;
@@ -342,9 +329,9 @@ int kvr_bench_replay_coalesced(const kvr_bench_stream *s, uint32_t coalesce, kvr
             continue;
         const kvr_match_entry *res;
         uint32_t n = op->n < KVR_BENCH_SHORT ? op->n : KVR_BENCH_SHORT;
-        double a = now_s();
+        double a = kvr_sim_seconds(CLOCK_MONOTONIC);
         kvr_index_match(idx, ctx, s->pool + op->off, n, &res);
-        lat[ns++] = now_s() - a;
+        lat[ns++] = kvr_sim_seconds(CLOCK_MONOTONIC) - a;
     }
     r->short_p50_us = percentile(lat, ns, 0.50) * 1e6;
     r->short_p99_us = percentile(lat, ns, 0.99) * 1e6;
@@ -386,7 +373,7 @@ static void *reader_main(void *p)
         return NULL;
     /* Keep matching (cycling through this reader's share of the requests)
      * for as long as the writer ingests, so the rates overlap in time. */
-    double t0 = now_s();
+    double t0 = kvr_sim_seconds(CLOCK_MONOTONIC);
     bool any = false;
     int pass = 0;
     do {
@@ -397,14 +384,14 @@ static void *reader_main(void *p)
             if (op->kind != KVR_BOP_MATCH || seen++ % a->step != a->first)
                 continue;
             const kvr_match_entry *res;
-            double b = now_s();
+            double b = kvr_sim_seconds(CLOCK_MONOTONIC);
             kvr_index_match(a->idx, ctx, a->s->pool + op->off, op->n, &res);
-            a->lat[a->nlat++ % a->cap] = now_s() - b;
+            a->lat[a->nlat++ % a->cap] = kvr_sim_seconds(CLOCK_MONOTONIC) - b;
             any = true;
         }
         pass++;
     } while (any && !atomic_load(a->done));
-    a->seconds = now_s() - t0;
+    a->seconds = kvr_sim_seconds(CLOCK_MONOTONIC) - t0;
     kvr_match_ctx_stats_get(ctx, &a->wait);
     kvr_match_ctx_destroy(ctx);
     return NULL;
@@ -434,7 +421,7 @@ int kvr_bench_replay_concurrent(const kvr_bench_stream *s, int threads, kvr_benc
             break;
         started++;
     }
-    double t0 = now_s();
+    double t0 = kvr_sim_seconds(CLOCK_MONOTONIC);
     kvr_bench_result scratch = {0};
     uint64_t events = 0;
     for (size_t i = 0; i < s->n; i++)
@@ -442,7 +429,7 @@ int kvr_bench_replay_concurrent(const kvr_bench_stream *s, int threads, kvr_benc
             apply_event(idx, s, &s->ops[i], owners[i], &scratch);
             events++;
         }
-    double ingest = now_s() - t0;
+    double ingest = kvr_sim_seconds(CLOCK_MONOTONIC) - t0;
     atomic_store(&done, true);
     size_t nl = 0;
     uint64_t matches = 0;
@@ -464,7 +451,7 @@ int kvr_bench_replay_concurrent(const kvr_bench_stream *s, int threads, kvr_benc
         if ((double)ra[t].wait.max_wait_ns / 1e3 > r->reader_wait_max_us)
             r->reader_wait_max_us = (double)ra[t].wait.max_wait_ns / 1e3;
     }
-    r->conc_seconds = now_s() - t0;
+    r->conc_seconds = kvr_sim_seconds(CLOCK_MONOTONIC) - t0;
     r->conc_events_per_s = ingest > 0 ? (double)events / ingest : 0;
     r->conc_matches_per_s = reader_s > 0 ? (double)matches / reader_s : 0;
     r->conc_match_p50_us = percentile(lat, nl, 0.50) * 1e6;

@@ -12,6 +12,7 @@
 #include "kvrouter/indexer.h"
 #include "kvrouter/wire_encode.h"
 #include "sim/bench.h"
+#include "sim/clock.h"
 #include "util/u64map.h"
 
 #define PIPE_MODEL "bench"
@@ -105,13 +106,6 @@ static int encode_batch(const kvr_bench_stream *s, size_t first, size_t end, kvr
     return 0;
 }
 
-static double now_s(clockid_t c)
-{
-    struct timespec ts;
-    clock_gettime(c, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static bool same_source(const kvr_bench_op *a, const kvr_bench_op *b)
 {
     return a->worker == b->worker && a->rank == b->rank;
@@ -175,14 +169,14 @@ int kvr_bench_pipeline(const kvr_bench_stream *s, kvr_bench_pipeline_result *r)
             r->matches++;
             continue;
         }
-        double w0 = now_s(CLOCK_MONOTONIC), c0 = now_s(CLOCK_THREAD_CPUTIME_ID);
+        double w0 = kvr_sim_seconds(CLOCK_MONOTONIC), c0 = kvr_sim_seconds(CLOCK_THREAD_CPUTIME_ID);
         if (kvr_batch_decode(&b, buf.data + it->off, it->len) != KVR_BATCH_OK) {
             r->bad_batches++;
             continue;
         }
         kvr_indexer_apply(g.ix, it->w, it->rank, &b);
-        r->cpu_seconds += now_s(CLOCK_THREAD_CPUTIME_ID) - c0;
-        r->seconds += now_s(CLOCK_MONOTONIC) - w0;
+        r->cpu_seconds += kvr_sim_seconds(CLOCK_THREAD_CPUTIME_ID) - c0;
+        r->seconds += kvr_sim_seconds(CLOCK_MONOTONIC) - w0;
     }
     for (size_t k = 0; k < g.n_workers; k++) {
         kvr_worker_info info;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "sim/clock.h"
 #include "sim/router_client.h"
 
 struct kvr_sim_kr {
@@ -22,13 +23,6 @@ struct kvr_sim_kr {
     double sync_s;
     bool warned;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static uint64_t worker_id(const kvr_sim_kr *kr, size_t slot) { return slot / kr->cfg->dp + 1; }
 static uint32_t slot_rank(const kvr_sim_kr *kr, size_t slot) { return (uint32_t)(slot % kr->cfg->dp); }
@@ -99,7 +93,7 @@ static bool any_dirty(const kvr_sim_kr *kr)
 
 void kvr_sim_kr_sync(kvr_sim_kr *kr)
 {
-    double t0 = now_s();
+    double t0 = kvr_sim_seconds(CLOCK_MONOTONIC);
     double deadline = t0 + kr->cfg->sync_timeout_ms / 1000.0;
     unsigned backoff_us = 50;
     while (any_dirty(kr)) {
@@ -118,7 +112,7 @@ void kvr_sim_kr_sync(kvr_sim_kr *kr)
             }
             json_decref(root);
         }
-        if (now_s() > deadline) {
+        if (kvr_sim_seconds(CLOCK_MONOTONIC) > deadline) {
             kr->sync_timeouts++;
             memset(kr->dirty, 0, kr->n_slots * sizeof *kr->dirty);
             break;
@@ -131,7 +125,7 @@ void kvr_sim_kr_sync(kvr_sim_kr *kr)
         }
     }
     kr->since_sync = 0;
-    kr->sync_s += now_s() - t0;
+    kr->sync_s += kvr_sim_seconds(CLOCK_MONOTONIC) - t0;
 }
 
 void kvr_sim_kr_published(kvr_sim_kr *kr, size_t slot)

@@ -1,3 +1,4 @@
+#include "sim/clock.h"
 #include "sim/router_client.h"
 
 #include <arpa/inet.h>
@@ -122,13 +123,6 @@ void kvr_sim_http_destroy(kvr_sim_http *h)
 uint64_t kvr_sim_http_calls(const kvr_sim_http *h) { return h->calls; }
 double kvr_sim_http_seconds(const kvr_sim_http *h) { return h->seconds; }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 int kvr_sim_http_call(kvr_sim_http *h, const char *path, const char *body, size_t len,
                       long *status, kvr_sim_buf *resp)
 {
@@ -148,9 +142,9 @@ int kvr_sim_http_call(kvr_sim_http *h, const char *path, const char *body, size_
     } else {
         curl_easy_setopt(h->curl, CURLOPT_HTTPGET, 1L);
     }
-    double t0 = now_s();
+    double t0 = kvr_sim_seconds(CLOCK_MONOTONIC);
     CURLcode rc = curl_easy_perform(h->curl);
-    h->seconds += now_s() - t0;
+    h->seconds += kvr_sim_seconds(CLOCK_MONOTONIC) - t0;
     h->calls++;
     if (rc != CURLE_OK)
         return -1;
@@ -218,9 +212,9 @@ int kvr_sim_router_spawn(const char *exe, uint64_t rng_seed, char *const *router
     }
     kvr_sim_http *h = kvr_sim_http_create(url);
     kvr_sim_buf resp = {0};
-    double deadline = now_s() + timeout_ms / 1000.0;
+    double deadline = kvr_sim_seconds(CLOCK_MONOTONIC) + timeout_ms / 1000.0;
     int rc = -1;
-    while (h && now_s() < deadline) {
+    while (h && kvr_sim_seconds(CLOCK_MONOTONIC) < deadline) {
         long status = 0;
         if (kvr_sim_http_call(h, "/health", NULL, 0, &status, &resp) == 0 && status == 200) {
             rc = 0;

@@ -8,6 +8,7 @@
 
 #include "kvrouter/hash.h"
 #include "sim/approx_tree.h"
+#include "sim/clock.h"
 #include "sim/engine.h"
 #include "sim/kvrouter_policy.h"
 #include "util/u64map.h"
@@ -355,13 +356,6 @@ static double max_over_mean(const uint64_t *v, size_t n)
     return sum ? (double)mx * (double)n / (double)sum : 0.0;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 int kvr_sim_run(const kvr_sim_config *cfg, const kvr_sim_workload *wl, kvr_sim_policy pol,
                 kvr_sim_result *out, char *err, size_t errlen)
 {
@@ -371,7 +365,7 @@ int kvr_sim_run(const kvr_sim_config *cfg, const kvr_sim_workload *wl, kvr_sim_p
         snprintf(err, errlen, "engines, dp, block size, speed and rates must be positive");
         return -1;
     }
-    double t0 = now_s();
+    double t0 = kvr_sim_seconds(CLOCK_MONOTONIC);
     sim_run s = {.cfg = cfg, .wl = wl, .pol = pol, .rng = cfg->seed};
     s.n_slots = cfg->engines * cfg->dp;
     size_t n = wl->trace->n;
@@ -492,6 +486,6 @@ int kvr_sim_run(const kvr_sim_config *cfg, const kvr_sim_workload *wl, kvr_sim_p
     rc = 0;
 done:
     run_free(&s);
-    out->wall_s = now_s() - t0;
+    out->wall_s = kvr_sim_seconds(CLOCK_MONOTONIC) - t0;
     return rc;
 }
