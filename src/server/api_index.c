@@ -79,8 +79,13 @@ void kvr_api_query_by_hash(kvr_server *srv, json_t *body, kvr_api_reply *reply)
     const kvr_match_entry *m = NULL;
     size_t k = ctx ? kvr_indexer_match_hashes(srv->ix, model, group, ctx, hashes, n, &m) : 0;
     free(hashes);
-    reply->body = kvr_scores_json(m, k, bs);
-    reply->status = reply->body ? 200 : 500;
+    /* Without a match scratch the empty scores would be a false "no match". */
+    reply->body = ctx ? kvr_scores_json(m, k, bs) : NULL;
+    if (!reply->body) {
+        kvr_api_error(reply, 500, "out of memory");
+        return;
+    }
+    reply->status = 200;
 }
 
 typedef struct {
