@@ -2,6 +2,8 @@
  * (the handle lifetime rule), and the bounded replay buffer. */
 #include "test_support.h"
 
+#include <stdatomic.h>
+
 #include "kvrouter/source.h"
 #include "../server/net_helpers.h"
 
@@ -35,7 +37,7 @@ static void do_reg(kvr_source *src, void *arg)
 
 typedef struct {
     th_engine *e;
-    volatile int stop;
+    atomic_int stop; /* the main thread ends the flood */
     uint64_t sent;
 } flood_arg;
 
