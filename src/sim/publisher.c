@@ -7,6 +7,9 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "kvrouter/wire.h"
+#include "kvrouter/wire_encode.h"
+
 typedef struct {
     uint64_t seq;
     void *data;
@@ -31,22 +34,6 @@ struct kvr_sim_pub {
     atomic_bool stop;
     atomic_uint_fast64_t replays;
 };
-
-static void be64(uint64_t v, unsigned char out[8])
-{
-    for (int i = 7; i >= 0; i--) {
-        out[i] = (unsigned char)(v & 0xff);
-        v >>= 8;
-    }
-}
-
-static uint64_t from_be64(const unsigned char *b)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = (v << 8) | b[i];
-    return v;
-}
 
 static int bind_resolved(void *sock, const char *bind, char *out, size_t outlen)
 {
@@ -82,7 +69,8 @@ static void serve_replay(kvr_sim_pub *p)
     }
     /* [identity, "", start_seq] */
     if (nframes == 3 && zmq_msg_size(&frames[1]) == 0 && zmq_msg_size(&frames[2]) == 8) {
-        uint64_t start = from_be64(zmq_msg_data(&frames[2]));
+        uint64_t start = 0;
+        kvr_frame_parse(3, zmq_msg_data(&frames[2]), 8, &start); /* 8 bytes: cannot fail */
         const void *id = zmq_msg_data(&frames[0]);
         size_t idlen = zmq_msg_size(&frames[0]);
         unsigned char seqb[8];
@@ -91,7 +79,7 @@ static void serve_replay(kvr_sim_pub *p)
             const ring_entry *e = &p->ring[(p->ring_head + i) % p->ring_cap];
             if (e->seq < start)
                 continue;
-            be64(e->seq, seqb);
+            kvr_wire_encode_seq(e->seq, seqb);
             zmq_send(p->router, id, idlen, ZMQ_SNDMORE);
             zmq_send(p->router, "", 0, ZMQ_SNDMORE);
             zmq_send(p->router, seqb, 8, ZMQ_SNDMORE);
@@ -218,7 +206,7 @@ int kvr_sim_pub_send(kvr_sim_pub *p, const void *payload, size_t len, uint64_t *
 {
     uint64_t seq = p->next_seq;
     unsigned char seqb[8];
-    be64(seq, seqb);
+    kvr_wire_encode_seq(seq, seqb);
     /* Kept before sending: a router that sees this seq live may ask for it
      * in a replay right away. */
     if (p->router)
