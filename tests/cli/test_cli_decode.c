@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 typedef struct {
@@ -20,12 +19,9 @@ static void run(run_result *r, const char *args)
 {
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "'%s' %s", kvr_test_binary(), args);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t n = fread(r->out, 1, sizeof r->out - 1, p);
-    r->out[n] = 0;
-    int st = pclose(p);
-    r->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    char *out = kvr_test_run(cmd, &r->status);
+    snprintf(r->out, sizeof r->out, "%s", out);
+    free(out);
 }
 
 static json_t *fixture_payload(json_t *root, const char *name)

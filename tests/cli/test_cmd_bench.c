@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 typedef struct {
@@ -19,12 +18,9 @@ static void run(run_result *r, const char *args)
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s 2>&1", kvr_test_path(""), kvr_test_binary(),
              args);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t n = fread(r->out, 1, sizeof r->out - 1, p);
-    r->out[n] = 0;
-    int st = pclose(p);
-    r->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    char *out = kvr_test_run(cmd, &r->status);
+    snprintf(r->out, sizeof r->out, "%s", out);
+    free(out);
 }
 
 static json_t *last_line_json(const char *out)
