@@ -23,20 +23,6 @@ static void run(run_result *r, const char *args)
     free(out);
 }
 
-static json_t *last_line_json(const char *out)
-{
-    size_t len = strlen(out);
-    assert_true(len > 2 && out[len - 1] == '\n');
-    const char *start = out + len - 2;
-    while (start > out && start[-1] != '\n')
-        start--;
-    json_error_t err;
-    json_t *j = json_loadb(start, (size_t)(out + len - start), 0, &err);
-    if (!j)
-        fail_msg("last line is not JSON: %s (%s)", start, err.text);
-    return j;
-}
-
 static void test_summary_and_events_round_trip(void **state)
 {
     (void)state;
@@ -50,7 +36,7 @@ static void test_summary_and_events_round_trip(void **state)
              "bench --limit 120 --workers 6 --capacity 400 --threads 2 --emit-events %s", events);
     run(r, args);
     assert_int_equal(r->status, 0);
-    json_t *j = last_line_json(r->out);
+    json_t *j = kvr_test_last_line_json(r->out);
     static const char *keys[] = {"ops_per_s",      "block_ops_per_s", "events",
                                  "matches",        "match_p50_us",    "match_p99_us",
                                  "bytes_per_block", "peak_rss_mb",    "checksum"};
@@ -68,7 +54,7 @@ static void test_summary_and_events_round_trip(void **state)
     snprintf(args, sizeof args, "bench --events %s", events);
     run(r, args);
     assert_int_equal(r->status, 0);
-    j = last_line_json(r->out);
+    j = kvr_test_last_line_json(r->out);
     assert_int_equal(json_integer_value(json_object_get(j, "checksum")), checksum);
     assert_int_equal(json_integer_value(json_object_get(j, "matches")), 120);
     json_decref(j);
@@ -76,7 +62,7 @@ static void test_summary_and_events_round_trip(void **state)
     /* multi-block events: fewer events, the same matches */
     run(r, "bench --limit 120 --workers 6 --capacity 400 --granularity vllm");
     assert_int_equal(r->status, 0);
-    j = last_line_json(r->out);
+    j = kvr_test_last_line_json(r->out);
     assert_int_equal(json_integer_value(json_object_get(j, "checksum")), checksum);
     json_int_t multi_events = json_integer_value(json_object_get(j, "events"));
     assert_true(multi_events > 0 && multi_events < per_block_events);
@@ -85,7 +71,7 @@ static void test_summary_and_events_round_trip(void **state)
     /* msgpack batches through the facade index the same blocks */
     run(r, "bench --limit 120 --workers 6 --capacity 400 --pipeline");
     assert_int_equal(r->status, 0);
-    j = last_line_json(r->out);
+    j = kvr_test_last_line_json(r->out);
     assert_int_equal(json_integer_value(json_object_get(j, "pipeline_checksum")), checksum);
     assert_int_equal(json_integer_value(json_object_get(j, "pipeline_events_dropped")), 0);
     assert_true(json_number_value(json_object_get(j, "pipeline_events_per_s")) > 0);

@@ -17,20 +17,6 @@ static char *run(const char *args, int *status)
     return kvr_test_run(cmd, status);
 }
 
-static json_t *last_line_json(char *out)
-{
-    size_t len = strlen(out);
-    while (len && out[len - 1] == '\n')
-        out[--len] = '\0';
-    char *last = strrchr(out, '\n');
-    last = last ? last + 1 : out;
-    json_error_t jerr;
-    json_t *j = json_loads(last, 0, &jerr);
-    if (!j)
-        fail_msg("last line is not JSON: %s (%s)", last, jerr.text);
-    return j;
-}
-
 static json_t *policy(json_t *root, const char *name, size_t requests)
 {
     json_t *p = json_object_get(json_object_get(root, "policies"), name);
@@ -62,7 +48,7 @@ static void test_baselines_json_and_svg(void **state)
     char *out = run(args, &st);
     assert_int_equal(st, 0);
     assert_non_null(strstr(out, "round_robin"));
-    json_t *root = last_line_json(out);
+    json_t *root = kvr_test_last_line_json(out);
     json_t *rr = policy(root, "round_robin", 50);
     json_t *orc = policy(root, "oracle", 50);
     assert_null(json_object_get(json_object_get(root, "policies"), "kvrouter"));
@@ -115,7 +101,7 @@ static void test_kvrouter_end_to_end(void **state)
                     "--kimi-share 0.5 --policies kvrouter,round_robin --json --quiet",
                     &st);
     assert_int_equal(st, 0);
-    json_t *root = last_line_json(out);
+    json_t *root = kvr_test_last_line_json(out);
     json_t *k = policy(root, "kvrouter", 60);
     policy(root, "round_robin", 60);
     assert_clean_router(k);
@@ -138,7 +124,7 @@ static void test_kvrouter_vllm_dp_eagle(void **state)
                     "--policies kvrouter --json --quiet",
                     &st);
     assert_int_equal(st, 0);
-    json_t *root = last_line_json(out);
+    json_t *root = kvr_test_last_line_json(out);
     json_t *k = policy(root, "kvrouter", 30);
     assert_clean_router(k);
     json_decref(root);

@@ -104,3 +104,17 @@ uint64_t kvr_test_u64(const char *decimal)
 {
     return strtoull(decimal, NULL, 10);
 }
+
+json_t *kvr_test_last_line_json(const char *out)
+{
+    size_t len = strlen(out);
+    assert_true(len > 2 && out[len - 1] == '\n');
+    const char *start = out + len - 2;
+    while (start > out && start[-1] != '\n')
+        start--;
+    json_error_t err;
+    json_t *j = json_loadb(start, (size_t)(out + len - start), 0, &err);
+    if (!j)
+        fail_msg("last line is not JSON: %s (%s)", start, err.text);
+    return j;
+}

@@ -24,5 +24,8 @@ const char *kvr_test_binary(void);
 /* Runs a shell command line; returns its whole stdout (malloc'd, NUL
  * terminated) and sets *status to its exit status (-1 if it did not exit). */
 char *kvr_test_run(const char *cmdline, int *status);
+/* The last line of a command's output (which must end in a newline) parsed as
+ * JSON; fails the test if it is not. */
+json_t *kvr_test_last_line_json(const char *out);
 
 #endif
