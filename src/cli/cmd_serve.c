@@ -12,25 +12,26 @@
 #include "cli/commands.h"
 #include "kvrouter/server.h"
 
-static int usage(FILE *out)
+/* --help; bad arguments get one line on stderr instead */
+static int usage(void)
 {
-    fprintf(out,
-            "usage: kvrouter serve [options]\n"
-            "  --listen ADDR:PORT        HTTP address (default 127.0.0.1:8090; port 0 = any)\n"
-            "  --workers SPEC            id[:rank]=tcp://host:port[,...] (needs --model-name,\n"
-            "                            --block-size)\n"
-            "  --model-name M            model of --workers (and default of --config workers)\n"
-            "  --block-size B            block size of --workers (and --config default)\n"
-            "  --replay-endpoint E       replay ROUTER of --workers (single worker)\n"
-            "  --config FILE             JSON: {\"workers\": [/register objects], \"listen\",\n"
-            "                            \"peers\", \"max_body\", \"router\": {key: number}}\n"
-            "  --peers URL,...           load these peers' /dump before live events\n"
-            "  --max-body BYTES          request body limit (default 8 MiB; larger -> 413)\n"
-            "  --replay-timeout-ms MS    replay inactivity timeout (default 2000)\n"
-            "  --http-threads N          HTTP worker threads (default 2)\n"
-            "  --router-opt key=value    router setting (repeatable), e.g.\n"
-            "                            overlap_score_credit=1.0 temperature=0\n");
-    return out == stdout ? 0 : 2;
+    printf(
+        "usage: kvrouter serve [options]\n"
+        "  --listen ADDR:PORT        HTTP address (default 127.0.0.1:8090; port 0 = any)\n"
+        "  --workers SPEC            id[:rank]=tcp://host:port[,...] (needs --model-name,\n"
+        "                            --block-size)\n"
+        "  --model-name M            model of --workers (and default of --config workers)\n"
+        "  --block-size B            block size of --workers (and --config default)\n"
+        "  --replay-endpoint E       replay ROUTER of --workers (single worker)\n"
+        "  --config FILE             JSON: {\"workers\": [/register objects], \"listen\",\n"
+        "                            \"peers\", \"max_body\", \"router\": {key: number}}\n"
+        "  --peers URL,...           load these peers' /dump before live events\n"
+        "  --max-body BYTES          request body limit (default 8 MiB; larger -> 413)\n"
+        "  --replay-timeout-ms MS    replay inactivity timeout (default 2000)\n"
+        "  --http-threads N          HTTP worker threads (default 2)\n"
+        "  --router-opt key=value    router setting (repeatable), e.g.\n"
+        "                            overlap_score_credit=1.0 temperature=0\n");
+    return 0;
 }
 
 typedef struct {
@@ -196,7 +197,7 @@ int kvr_cmd_serve(int argc, char **argv)
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            rc = usage(stdout);
+            rc = usage();
             goto out;
         }
         if (!v) {

@@ -11,41 +11,42 @@
 #include "sim/router_client.h"
 #include "sim/sim.h"
 
-static void usage(FILE *out)
+/* --help; bad arguments get one line on stderr instead */
+static void usage(void)
 {
-    fprintf(out,
-            "usage: kvrouter sim --trace FILE [options]\n\n"
-            "Replays a Mooncake trace on a simulated fleet of mock SGLang engines (real ZeroMQ\n"
-            "publishers for the kvrouter policy) under each routing policy, each on fresh\n"
-            "engines, and compares prefix-hit rate, load balance and a TTFT proxy.\n\n"
-            "  --trace FILE         Mooncake jsonl (timestamp, input_length, output_length, hash_ids)\n"
-            "  --limit N            first N requests (default all)\n"
-            "  --engines N          engines (default 8)\n"
-            "  --dp N               data-parallel ranks per engine (default 1)\n"
-            "  --policies LIST      comma list of kvrouter,round_robin,random,least_loaded,\n"
-            "                       approx_tree,oracle (default all)\n"
-            "  --router URL         use this running router (default: start `kvrouter serve`)\n"
-            "  --capacity BLOCKS    GPU cache per rank in blocks (default 16384)\n"
-            "  --block-size B       tokens per block (default 16)\n"
-            "  --hicache BLOCKS     host (cpu) tier per rank in blocks (default 0 = off)\n"
-            "  --kimi-share F       share of engines that are Kimi engine_wide (default 0)\n"
-            "  --mm-share F         share of requests that introduce an image (default 0)\n"
-            "  --wire sglang|vllm   events: sglang (default) tagged arrays, one per block;\n"
-            "                       vllm maps, one per batch of blocks\n"
-            "  --eagle              Eagle engines (bigram token form)\n"
-            "  --speed X            divide trace time by X (default 1)\n"
-            "  --prefill-tps X      prefill tokens/s per worker (default 20000)\n"
-            "  --decode-tps X       decode tokens/s per request (default 50)\n"
-            "  --sync-every N       wait for the router to apply events every N requests (default 1)\n"
-            "  --router-opt K=V     setting for the router this sim starts (repeatable; see\n"
-            "                       kvrouter serve --router-opt), e.g. cpu_hit_weight=1\n"
-            "  --route-opt K=V      add \"K\": V to every /route body (repeatable), e.g.\n"
-            "                       overlap_score_credit=2 prefill_load_scale=1\n"
-            "  --model NAME         model name registered with the router (default sim-model)\n"
-            "  --seed S             seed for random and multimodal choices (default 1)\n"
-            "  --svg FILE           write a bar chart (hit rate, TTFT p99 per policy)\n"
-            "  --json               print one JSON object as the last line\n"
-            "  --quiet              no progress on stderr\n");
+    printf(
+        "usage: kvrouter sim --trace FILE [options]\n\n"
+        "Replays a Mooncake trace on a simulated fleet of mock SGLang engines (real ZeroMQ\n"
+        "publishers for the kvrouter policy) under each routing policy, each on fresh\n"
+        "engines, and compares prefix-hit rate, load balance and a TTFT proxy.\n\n"
+        "  --trace FILE         Mooncake jsonl (timestamp, input_length, output_length, hash_ids)\n"
+        "  --limit N            first N requests (default all)\n"
+        "  --engines N          engines (default 8)\n"
+        "  --dp N               data-parallel ranks per engine (default 1)\n"
+        "  --policies LIST      comma list of kvrouter,round_robin,random,least_loaded,\n"
+        "                       approx_tree,oracle (default all)\n"
+        "  --router URL         use this running router (default: start `kvrouter serve`)\n"
+        "  --capacity BLOCKS    GPU cache per rank in blocks (default 16384)\n"
+        "  --block-size B       tokens per block (default 16)\n"
+        "  --hicache BLOCKS     host (cpu) tier per rank in blocks (default 0 = off)\n"
+        "  --kimi-share F       share of engines that are Kimi engine_wide (default 0)\n"
+        "  --mm-share F         share of requests that introduce an image (default 0)\n"
+        "  --wire sglang|vllm   events: sglang (default) tagged arrays, one per block;\n"
+        "                       vllm maps, one per batch of blocks\n"
+        "  --eagle              Eagle engines (bigram token form)\n"
+        "  --speed X            divide trace time by X (default 1)\n"
+        "  --prefill-tps X      prefill tokens/s per worker (default 20000)\n"
+        "  --decode-tps X       decode tokens/s per request (default 50)\n"
+        "  --sync-every N       wait for the router to apply events every N requests (default 1)\n"
+        "  --router-opt K=V     setting for the router this sim starts (repeatable; see\n"
+        "                       kvrouter serve --router-opt), e.g. cpu_hit_weight=1\n"
+        "  --route-opt K=V      add \"K\": V to every /route body (repeatable), e.g.\n"
+        "                       overlap_score_credit=2 prefill_load_scale=1\n"
+        "  --model NAME         model name registered with the router (default sim-model)\n"
+        "  --seed S             seed for random and multimodal choices (default 1)\n"
+        "  --svg FILE           write a bar chart (hit rate, TTFT p99 per policy)\n"
+        "  --json               print one JSON object as the last line\n"
+        "  --quiet              no progress on stderr\n");
 }
 
 static int parse_policies(const char *list, bool *which)
@@ -124,7 +125,7 @@ int kvr_cmd_sim(int argc, char **argv)
         i++;                                                                        \
     } while (0)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
+            usage();
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = true;

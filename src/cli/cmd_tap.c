@@ -36,13 +36,14 @@ static void print_event(const kvr_batch *b, const kvr_raw_event *ev, uint64_t se
     free(line);
 }
 
-static int usage(FILE *out)
+/* --help; bad arguments get one line on stderr instead */
+static int usage(void)
 {
-    fprintf(out, "usage: kvrouter tap ENDPOINT [--topic T] [--count N]\n"
-                 "  ENDPOINT  engine KV event publisher, e.g. tcp://127.0.0.1:5557\n"
-                 "  --topic   subscribe to this topic prefix (default: everything)\n"
-                 "  --count   exit after N messages\n");
-    return out == stdout ? 0 : 2;
+    printf("usage: kvrouter tap ENDPOINT [--topic T] [--count N]\n"
+           "  ENDPOINT  engine KV event publisher, e.g. tcp://127.0.0.1:5557\n"
+           "  --topic   subscribe to this topic prefix (default: everything)\n"
+           "  --count   exit after N messages\n");
+    return 0;
 }
 
 int kvr_cmd_tap(int argc, char **argv)
@@ -51,7 +52,7 @@ int kvr_cmd_tap(int argc, char **argv)
     long long count = -1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
-            return usage(stdout);
+            return usage();
         if (strcmp(argv[i], "--topic") == 0 && i + 1 < argc)
             topic = argv[++i];
         else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) {
