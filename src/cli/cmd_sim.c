@@ -167,6 +167,13 @@ int kvr_cmd_sim(int argc, char **argv)
             router_opts[n_router_opts++] = (char *)v;
         } else if (!strcmp(a, "--model")) {
             NEED_VALUE;
+            /* The name is spliced into the JSON bodies sent to the router. */
+            bool plain = *v && strlen(v) < 256 && !strpbrk(v, "\"\\");
+            for (const char *c = v; plain && *c; c++)
+                plain = (unsigned char)*c >= 0x20;
+            if (!plain)
+                return kvr_cli_usage_error(
+                    "sim", "--model takes 1-255 printable characters without '\"' or '\\'", v);
             cfg.model_name = v;
         } else if (!strcmp(a, "--policies")) {
             NEED_VALUE;

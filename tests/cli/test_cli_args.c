@@ -46,6 +46,15 @@ static void test_sim_bad_values(void **state)
     expect_one_line_error("sim", "--trace /nonexistent --policies best");
     expect_one_line_error("sim", "--trace");
     expect_one_line_error("sim", "--bogus");
+    /* A run that would succeed but for --model (a name the JSON bodies
+     * cannot carry unescaped). */
+    char args[2048];
+    snprintf(args, sizeof args, "--trace '%s' --limit 1 --policies round_robin --model 'a\"b'",
+             kvr_test_path("data/conversation_trace.jsonl"));
+    expect_one_line_error("sim", args);
+    snprintf(args, sizeof args, "--trace '%s' --limit 1 --policies round_robin --model ''",
+             kvr_test_path("data/conversation_trace.jsonl"));
+    expect_one_line_error("sim", args);
 }
 
 static void test_tap_bench_decode_hash_bad_values(void **state)
