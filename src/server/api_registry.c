@@ -113,7 +113,9 @@ void kvr_api_register(kvr_server *srv, json_t *body, kvr_api_reply *reply)
                       op.s.model_name, op.s.routing_group);
         return;
     case KVR_REG_INVALID:
-        kvr_api_error(reply, 400, "invalid registration (check block_size, names, mm_identity)");
+        /* Every field the facade checks was validated above with its own
+         * message, so what is left is an allocation failure. */
+        kvr_api_error(reply, 500, "cannot register the worker: out of memory");
         return;
     default:
         break;
