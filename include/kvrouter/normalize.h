@@ -61,6 +61,8 @@ typedef struct {
     bool eagle;
     kvr_str lora_name;  /* as the event gave it (may be absent) */
     kvr_str cache_salt; /* as the event gave it (may be absent) */
+    bool duplicate_ids; /* store: {parent} ∪ hashes repeats (SPEC §5 rule 1); it
+                           passes unchanged and conversion rejects it */
 } kvr_norm_event;
 
 typedef struct kvr_normalizer kvr_normalizer;

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "kvrouter/hash.h"
-#include "normalize/dupcheck.h"
 #include "util/u64map.h"
 
 struct kvr_converter {
@@ -21,7 +20,6 @@ struct kvr_converter {
      * forget the salt of the copy still on cpu. */
     kvr_u64map seeds;
     kvr_u64map tiers;
-    kvr_dupcheck dup;
 };
 
 kvr_converter *kvr_converter_create(uint32_t block_size, bool eagle, const char *worker_lora)
@@ -46,7 +44,6 @@ kvr_converter *kvr_converter_create(uint32_t block_size, bool eagle, const char 
     c->default_seed = kvr_hash_seed(c->lora_str, none);
     kvr_u64map_init(&c->seeds);
     kvr_u64map_init(&c->tiers);
-    kvr_dupcheck_init(&c->dup);
     return c;
 }
 
@@ -56,7 +53,6 @@ void kvr_converter_destroy(kvr_converter *c)
         return;
     kvr_u64map_free(&c->seeds);
     kvr_u64map_free(&c->tiers);
-    kvr_dupcheck_free(&c->dup);
     free(c->lora);
     free(c);
 }
@@ -115,8 +111,8 @@ static void remember(kvr_converter *c, const kvr_norm_event *s, uint64_t seed)
 kvr_drop_reason kvr_convert_store(kvr_converter *c, const kvr_norm_event *store,
                                   uint64_t *out_local)
 {
-    if (kvr_dupcheck_has_repeat(&c->dup, store->has_parent, store->parent, store->block_hashes,
-                                store->n_block_hashes))
+    /* The normalizer found the repeat (it is the only place that looks). */
+    if (store->duplicate_ids)
         return KVR_DROP_DUPLICATE_IDS;
     if (store->n_block_hashes == 0)
         return KVR_DROP_NONE;

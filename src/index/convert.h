@@ -16,7 +16,8 @@ void kvr_converter_destroy(kvr_converter *c);
 void kvr_converter_reset(kvr_converter *c);
 
 /* Fills out_local[0..store->n_block_hashes). Returns KVR_DROP_NONE, or
- * KVR_DROP_DUPLICATE_IDS when {parent} ∪ hashes repeats: the caller then
+ * KVR_DROP_DUPLICATE_IDS when the normalizer flagged the store's
+ * {parent} ∪ hashes as repeating (store->duplicate_ids): the caller then
  * applies an empty removal (never a clear) and logs a warning; or
  * KVR_DROP_MALFORMED_EVENT when the store has fewer whole-block tokens than
  * hashes (the normalizer never produces that). */

@@ -349,6 +349,7 @@ static void normalize_store(kvr_normalizer *n, const kvr_raw_event *ev, kvr_norm
         /* Malformed: the converter rejects it (empty removal + warning).
          * Truncating or recording it here could hide the repeat. */
         pass_store(n, ev, out, ev->n_block_hashes, ev->n_token_ids);
+        out->duplicate_ids = true;
         return;
     }
 

@@ -291,11 +291,13 @@ static void test_duplicate_ids_left_unchanged(void **state)
     kvr_raw_event ev = store_ev(rep, 3, false, 0, tok, 12);
     kvr_normalize(n, &ev, &out);
     assert_store_of(&out, rep, 3, 12);
+    assert_true(out.duplicate_ids);
     /* parent repeated inside the hashes */
     ev = store_ev(H, 3, true, H[2], tok, 12);
     kvr_normalize(n, &ev, &out);
     assert_store_of(&out, H, 3, 12);
     assert_int_equal(out.parent, H[2]);
+    assert_true(out.duplicate_ids);
     kvr_normalizer_counters c = counters(n);
     assert_int_equal(c.mm_excluded_ids, 0);
     assert_int_equal(c.mm_stores_truncated, 0);
@@ -310,13 +312,16 @@ static void test_duplicate_ids_left_unchanged(void **state)
     ev = store_ev(big, N, false, 0, bt, N * B);
     kvr_normalize(n, &ev, &out);
     assert_int_equal(out.n_block_hashes, N);
+    assert_true(out.duplicate_ids);
     big[N - 1] = 0; /* and without the repeat it is a plain store */
     kvr_normalize(n, &ev, &out);
     assert_int_equal(out.n_block_hashes, N);
+    assert_false(out.duplicate_ids);
     ev.has_parent = true;
     ev.parent = 0; /* the zero id repeated through the parent */
     kvr_normalize(n, &ev, &out);
     assert_int_equal(out.kind, KVR_NORM_STORE);
+    assert_true(out.duplicate_ids);
     free(big);
     free(bt);
     kvr_normalizer_destroy(n);
