@@ -1,9 +1,10 @@
 /* Prefix index (SPEC §6): one tree per (model, routing group), keyed by
  * router block hash under its parent; owners are (worker, dp_rank) with a
  * tier bit set. Thread-safe: mutations are serialized by a per-index write
- * lock held for one call (one event, or a short run of whole events); matches
- * take the read lock, so a match never sees half an event and never waits
- * behind a whole batch. */
+ * lock held for one call (one event, or a short run of whole events), or by
+ * a batch writer across slices of whole events (kvr_index_write_begin);
+ * matches take the read lock, so a match never sees half an event and never
+ * waits behind a whole batch. */
 #ifndef KVROUTER_INDEX_H
 #define KVROUTER_INDEX_H
 
@@ -36,6 +37,28 @@ size_t kvr_index_remove(kvr_index *idx, kvr_owner owner, kvr_tier tier,
                         const uint64_t *engine_hashes, size_t n);
 /* Drops every ownership of the owner (AllBlocksCleared, restart). */
 void kvr_index_clear_owner(kvr_index *idx, kvr_owner owner);
+
+/* Batch writing: hold the write lock across many events, handing it to
+ * waiting matches between whole events. Between begin and end the caller
+ * uses only the _locked mutations below (any other call on this index from
+ * the same thread deadlocks), and calls kvr_index_write_yield after each
+ * whole event: when matches wait and the slice (started at *slice_start_ns,
+ * from kvr_index_now_ns) is old enough, it lets them in, restarts the slice
+ * and returns true. A caller holding its own lock that other threads take
+ * before the index lock instead checks kvr_index_write_yield_due, and
+ * releases both (write_end first) itself. */
+void kvr_index_write_begin(kvr_index *idx);
+void kvr_index_write_end(kvr_index *idx);
+uint64_t kvr_index_now_ns(void);
+bool kvr_index_write_yield_due(kvr_index *idx, uint64_t slice_start_ns);
+bool kvr_index_write_yield(kvr_index *idx, uint64_t *slice_start_ns);
+kvr_drop_reason kvr_index_store_locked(kvr_index *idx, kvr_owner owner, kvr_tier tier,
+                                       bool has_parent, uint64_t parent,
+                                       const uint64_t *engine_hashes,
+                                       const uint64_t *local_hashes, size_t n);
+size_t kvr_index_remove_locked(kvr_index *idx, kvr_owner owner, kvr_tier tier,
+                               const uint64_t *engine_hashes, size_t n);
+void kvr_index_clear_owner_locked(kvr_index *idx, kvr_owner owner);
 
 typedef struct {
     kvr_owner owner;

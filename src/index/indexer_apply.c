@@ -162,8 +162,8 @@ static bool apply_store(kvr_worker *w, kvr_rank_state *r, const kvr_norm_event *
     }
     kvr_drop_reason why = convert_store(w, r, ne);
     if (why == KVR_DROP_NONE)
-        why = kvr_index_store(w->grp->idx, r->owner, ne->tier, ne->has_parent, ne->parent,
-                              ne->block_hashes, r->local, n);
+        why = kvr_index_store_locked(w->grp->idx, r->owner, ne->tier, ne->has_parent,
+                                     ne->parent, ne->block_hashes, r->local, n);
     if (why != KVR_DROP_NONE) {
         count_drop(r, why);
         return false;
@@ -177,7 +177,8 @@ static void apply_remove(kvr_worker *w, kvr_rank_state *r, const kvr_norm_event 
     size_t n = ne->n_block_hashes;
     if (n == 0)
         return; /* SPEC §5 rule 4: succeeds without looking anything up */
-    size_t unknown = kvr_index_remove(w->grp->idx, r->owner, ne->tier, ne->block_hashes, n);
+    size_t unknown =
+        kvr_index_remove_locked(w->grp->idx, r->owner, ne->tier, ne->block_hashes, n);
     /* Counted per handle: the gauge an operator needs is how many removals
      * referenced blocks we never indexed. */
     for (size_t i = 0; i < unknown; i++)
@@ -188,8 +189,8 @@ static void apply_remove(kvr_worker *w, kvr_rank_state *r, const kvr_norm_event 
 
 /* Pending run of converted one-block stores, each the child of the one
  * before (SGLang sends one BlockStored per page). Applied as one
- * kvr_index_store: one write lock and a chain the index can prefetch ahead
- * in, instead of one lock and one cold child-table probe per block. Only
+ * kvr_index_store: a chain the index can prefetch ahead in, instead of one
+ * cold child-table probe per block. Only
  * one-block stores join, so every block is an event boundary and a failed
  * call can be replayed event by event (see run_flush). */
 #define RUN_MAX 64
@@ -237,8 +238,8 @@ static void run_flush(kvr_worker *w, kvr_rank_state *r, store_run *run)
         return;
     run->n = 0;
     kvr_index *idx = w->grp->idx;
-    kvr_drop_reason why = kvr_index_store(idx, r->owner, run->tier, run->has_parent,
-                                          run->parent, run->engine, run->local, n);
+    kvr_drop_reason why = kvr_index_store_locked(idx, r->owner, run->tier, run->has_parent,
+                                                 run->parent, run->engine, run->local, n);
     if (why == KVR_DROP_NONE) {
         r->blocks_stored += n;
         r->events_stored += n;
@@ -252,8 +253,8 @@ static void run_flush(kvr_worker *w, kvr_rank_state *r, store_run *run)
     for (size_t i = 0; i < n; i++) {
         bool hp = i ? true : run->has_parent;
         uint64_t parent = i ? run->engine[i - 1] : run->parent;
-        why = kvr_index_store(idx, r->owner, run->tier, hp, parent, &run->engine[i],
-                              &run->local[i], 1);
+        why = kvr_index_store_locked(idx, r->owner, run->tier, hp, parent, &run->engine[i],
+                                     &run->local[i], 1);
         if (why != KVR_DROP_NONE) {
             count_drop(r, why);
             continue;
@@ -305,7 +306,7 @@ static void apply_event(kvr_worker *w, kvr_rank_state *r, store_run *run,
         break;
     case KVR_NORM_CLEAR:
         /* the normalizer already forgot its exclusion sets */
-        kvr_index_clear_owner(w->grp->idx, r->owner);
+        kvr_index_clear_owner_locked(w->grp->idx, r->owner);
         kvr_converter_reset(r->conv);
         r->events_cleared++;
         break;
@@ -315,6 +316,12 @@ static void apply_event(kvr_worker *w, kvr_rank_state *r, store_run *run,
         break;
     }
 }
+
+/* Bound on how long a batch keeps the rank lock when no match waits: a
+ * snapshot or clear of the rank then waits at most about 1 ms, while the
+ * writer still amortizes the handoff over thousands of events. */
+#define RANK_SLICE_NS 1000000u
+#define RANK_CHECK 64u /* power of two */
 
 void kvr_indexer_apply(kvr_indexer *ix, kvr_worker *w, uint32_t rank, const kvr_batch *b)
 {
@@ -329,34 +336,44 @@ void kvr_indexer_apply(kvr_indexer *ix, kvr_worker *w, uint32_t rank, const kvr_
         pthread_rwlock_unlock(&ix->lock);
         return;
     }
+    /* The rank lock and the index write lock are held together across
+     * slices of whole events (lock order: rank mutex, then index), so the
+     * writer pays one lock handoff per slice instead of one per event. A
+     * slice ends between events, never inside one nor inside a pending run
+     * (converted but not yet indexed), when matches wait for the index or
+     * the slice is long enough that /workers snapshots and clears waiting
+     * on the rank lock should get a turn. */
+    kvr_index *idx = w->grp->idx;
     pthread_mutex_lock(&r->mu);
     r->batches++;
-    pthread_mutex_unlock(&r->mu);
-    /* The rank lock is taken per event (held across a pending run, whose
-     * events are converted but not yet indexed) so /workers snapshots and
-     * clears interleave with a long batch instead of waiting for all of it,
-     * and never fall between a run's conversion and its store. */
+    kvr_index_write_begin(idx);
+    uint64_t slice = kvr_index_now_ns();
     store_run run;
     run.n = 0;
-    bool wide = atomic_load(&w->wide_seen), held = false;
+    bool wide = atomic_load(&w->wide_seen);
     for (uint32_t i = 0; i < b->n_events; i++) {
-        if (!held)
-            pthread_mutex_lock(&r->mu);
         apply_event(w, r, &run, &b->events[i]);
-        bool now = kvr_normalizer_wide_seen(r->norm);
-        held = run.n > 0;
-        if (!held)
-            pthread_mutex_unlock(&r->mu);
-        if (now && !wide) {
+        if (kvr_normalizer_wide_seen(r->norm) && !wide) {
             /* callers stop sending image hashes from the next request on */
             atomic_store(&w->wide_seen, true);
             wide = true;
         }
+        if (run.n > 0 || i + 1 == b->n_events)
+            continue;
+        /* the clock is read only every RANK_CHECK events when no match waits */
+        if (kvr_index_write_yield_due(idx, slice) ||
+            ((i & (RANK_CHECK - 1)) == RANK_CHECK - 1 &&
+             kvr_index_now_ns() - slice >= RANK_SLICE_NS)) {
+            kvr_index_write_end(idx);
+            pthread_mutex_unlock(&r->mu);
+            pthread_mutex_lock(&r->mu);
+            kvr_index_write_begin(idx);
+            slice = kvr_index_now_ns();
+        }
     }
-    if (held) {
-        run_flush(w, r, &run);
-        pthread_mutex_unlock(&r->mu);
-    }
+    run_flush(w, r, &run);
+    kvr_index_write_end(idx);
+    pthread_mutex_unlock(&r->mu);
     pthread_rwlock_unlock(&ix->lock);
 }
 

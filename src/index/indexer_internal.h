@@ -7,7 +7,9 @@
  *   live as long as the indexer.
  * - worker mutex: the worker's rank table (lookup/insert) and wide_seen.
  * - rank mutex: one rank's normalizer, converter and counters, so different
- *   dp ranks of one worker apply in parallel. */
+ *   dp ranks of one worker apply in parallel. A batch holds it together
+ *   with the index write lock across slices of events, releasing both
+ *   between slices (indexer_apply.c). */
 #ifndef KVR_INDEX_INDEXER_INTERNAL_H
 #define KVR_INDEX_INDEXER_INTERNAL_H
 

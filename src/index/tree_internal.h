@@ -59,7 +59,8 @@ struct kvr_index {
     pthread_rwlock_t lock;
     /* Matches blocked behind a writer. The lock prefers writers, so an
      * ingestion thread applying events back to back could otherwise starve
-     * matches; a writer lets waiting readers in before its next event. */
+     * matches; a writer lets waiting readers in before its next event or
+     * slice of events (kvr_index_write_yield). */
     atomic_uint readers_waiting;
     kvr_node **chunks; /* node id -> chunks[id >> KVR_NODE_CHUNK_BITS][id & mask] */
     uint32_t n_chunks, chunks_cap;

@@ -211,21 +211,29 @@ static kvr_owner *map_owners(kvr_index *idx, const kvr_bench_stream *s)
     return o;
 }
 
+/* locked: the caller holds the write lock (kvr_index_write_begin). */
 static void apply_event(kvr_index *idx, const kvr_bench_stream *s, const kvr_bench_op *op,
-                        kvr_owner o, kvr_bench_result *r)
+                        kvr_owner o, bool locked, kvr_bench_result *r)
 {
     const uint64_t *p = s->pool + op->off;
+    kvr_tier tier = (kvr_tier)op->tier;
     switch (op->kind) {
     case KVR_BOP_STORE:
-        if (kvr_index_store(idx, o, (kvr_tier)op->tier, op->has_parent, op->parent, p, p + op->n,
-                            op->n) != KVR_DROP_NONE)
+        if ((locked ? kvr_index_store_locked(idx, o, tier, op->has_parent, op->parent, p,
+                                             p + op->n, op->n)
+                    : kvr_index_store(idx, o, tier, op->has_parent, op->parent, p, p + op->n,
+                                      op->n)) != KVR_DROP_NONE)
             r->parent_not_found++;
         break;
     case KVR_BOP_REMOVE:
-        r->unknown_removes += kvr_index_remove(idx, o, (kvr_tier)op->tier, p, op->n);
+        r->unknown_removes += locked ? kvr_index_remove_locked(idx, o, tier, p, op->n)
+                                     : kvr_index_remove(idx, o, tier, p, op->n);
         break;
     case KVR_BOP_CLEAR:
-        kvr_index_clear_owner(idx, o);
+        if (locked)
+            kvr_index_clear_owner_locked(idx, o);
+        else
+            kvr_index_clear_owner(idx, o);
         break;
     default:
         break;
@@ -303,7 +311,7 @@ int kvr_bench_replay_coalesced(const kvr_bench_stream *s, uint32_t coalesce, kvr
                 i = end - 1;
                 continue;
             }
-            apply_event(idx, s, op, owners[i], r);
+            apply_event(idx, s, op, owners[i], false, r);
             r->events++;
             r->event_blocks += op->n;
             continue;
@@ -424,11 +432,17 @@ int kvr_bench_replay_concurrent(const kvr_bench_stream *s, int threads, kvr_benc
     double t0 = kvr_sim_seconds(CLOCK_MONOTONIC);
     kvr_bench_result scratch = {0};
     uint64_t events = 0;
+    /* One writer holding the lock across slices of events, handing it to
+     * waiting matches between events, as the facade applies a batch. */
+    kvr_index_write_begin(idx);
+    uint64_t slice = kvr_index_now_ns();
     for (size_t i = 0; i < s->n; i++)
         if (s->ops[i].kind != KVR_BOP_MATCH) {
-            apply_event(idx, s, &s->ops[i], owners[i], &scratch);
+            apply_event(idx, s, &s->ops[i], owners[i], true, &scratch);
             events++;
+            kvr_index_write_yield(idx, &slice);
         }
+    kvr_index_write_end(idx);
     double ingest = kvr_sim_seconds(CLOCK_MONOTONIC) - t0;
     atomic_store(&done, true);
     size_t nl = 0;

@@ -1,7 +1,10 @@
 /* Facade under concurrency: two ranks of one worker apply batches in
  * parallel while a reader matches and the main thread registers,
  * snapshots, and churns another worker. Readers must see each store or
- * removal whole (0 or all 4 blocks), and every counter must add up. */
+ * removal whole (0 or all 4 blocks), and every counter must add up.
+ * A long batch holds the index write lock across slices of events: a
+ * reader must still see every event whole and get the lock between events,
+ * so its longest wait stays far below the time of the whole batch. */
 #include "indexer_fixture.h"
 
 #include <pthread.h>
@@ -17,6 +20,7 @@ static atomic_bool stop;
 static atomic_int torn;
 static atomic_long matches;
 static atomic_long seen_full; /* matches that saw a whole chain: overlap happened */
+static kvr_match_ctx_stats reader_stats;
 
 typedef struct {
     uint32_t rank;
@@ -63,6 +67,7 @@ static void *reader(void *p)
                 atomic_fetch_add(&torn, 1);
         atomic_fetch_add(&matches, 1);
     }
+    kvr_match_ctx_stats_get(ctx, &reader_stats);
     kvr_match_ctx_destroy(ctx);
     return NULL;
 }
@@ -132,10 +137,83 @@ static void test_parallel_ranks_readers_and_registry(void **state)
     kvr_indexer_destroy(ix);
 }
 
+#define EVENTS 10000
+/* Generous: a waiting match gets in after one slice (~20 us) plus the event
+ * in progress; only a scheduler stall on a loaded machine comes near this. */
+#define MAX_WAIT_NS 50000000u
+
+static void test_long_batch_reader_sees_whole_events_with_bounded_waits(void **state)
+{
+    (void)state;
+    ix = kvr_indexer_create();
+    kvr_worker_settings s = settings(1, KVR_MM_LEGACY);
+    kvr_worker *w = reg_ok(ix, &s, KVR_REG_CREATED);
+    uint64_t tok[CHAIN * B], h[CHAIN], leaf_first[CHAIN];
+    text(tok, CHAIN * B, 10);
+    for (int k = 0; k < CHAIN; k++) {
+        h[k] = (uint64_t)k + 1;
+        leaf_first[CHAIN - 1 - k] = h[k];
+    }
+    /* store the chain, then evict it leaf first, EVENTS / 2 times */
+    kvr_raw_event *evs = malloc(EVENTS * sizeof *evs);
+    assert_non_null(evs);
+    for (int i = 0; i < EVENTS; i += 2) {
+        evs[i] = store_ev(h, CHAIN, false, 0, tok, CHAIN * B);
+        evs[i + 1] = remove_ev(leaf_first, CHAIN);
+    }
+    kvr_batch b = batch_of(evs, EVENTS);
+
+    atomic_store(&stop, false);
+    atomic_store(&matches, 0);
+    atomic_store(&torn, 0);
+    atomic_store(&seen_full, 0);
+    pthread_t rt;
+    assert_int_equal(pthread_create(&rt, NULL, reader, NULL), 0);
+    while (atomic_load(&matches) == 0)
+        sched_yield();
+    /* Repeat the batch until the reader matched while one applied (on a
+     * busy machine it may not be scheduled during the first). */
+    long during = 0;
+    int batches = 0;
+    while (during == 0 && batches < 20) {
+        long before = atomic_load(&matches);
+        kvr_indexer_apply(ix, w, 0, &b);
+        during = atomic_load(&matches) - before;
+        batches++;
+    }
+    atomic_store(&stop, true);
+    pthread_join(rt, NULL);
+
+    assert_true(during > 0);
+    assert_int_equal(atomic_load(&torn), 0);
+    print_message("batches %d, matches %ld (%ld during the last), whole chain seen %ld, "
+                  "waits %lu, max wait %lu us\n",
+                  batches, atomic_load(&matches), during, atomic_load(&seen_full),
+                  (unsigned long)reader_stats.waits,
+                  (unsigned long)(reader_stats.max_wait_ns / 1000));
+    assert_true(reader_stats.max_wait_ns < MAX_WAIT_NS);
+
+    kvr_worker_info *info = info_of(ix, w);
+    const kvr_rank_info *ri = rank_of(info, 0);
+    assert_non_null(ri);
+    assert_int_equal(ri->batches, batches);
+    assert_int_equal(ri->events_stored, (uint64_t)batches * EVENTS / 2);
+    assert_int_equal(ri->events_removed, (uint64_t)batches * EVENTS / 2);
+    assert_int_equal(ri->blocks_removed, (uint64_t)batches * EVENTS / 2 * CHAIN);
+    assert_int_equal(ri->norm.drops[KVR_DROP_BLOCK_NOT_FOUND], 0);
+    free(info);
+    kvr_index_stats st;
+    kvr_index_stats_get(kvr_indexer_index(ix, MODEL, NULL), &st);
+    assert_int_equal(st.ownerships, 0);
+    free(evs);
+    kvr_indexer_destroy(ix);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parallel_ranks_readers_and_registry),
+        cmocka_unit_test(test_long_batch_reader_sees_whole_events_with_bounded_waits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
