@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/decode_json.h"
 #include "kvrouter/wire.h"
+#include "source/frames.h"
 
 static volatile sig_atomic_t tap_stop;
 static void on_signal(int sig)
@@ -99,21 +100,8 @@ int kvr_cmd_tap(int argc, char **argv)
             continue;
         zmq_msg_t f[3];
         size_t n = 0;
-        int more = 1;
-        while (more) {
-            zmq_msg_t m;
-            zmq_msg_init(&m);
-            if (zmq_msg_recv(&m, sub, 0) < 0) {
-                zmq_msg_close(&m);
-                break;
-            }
-            more = zmq_msg_more(&m);
-            if (n < 3)
-                f[n] = m;
-            else
-                zmq_msg_close(&m);
-            n++;
-        }
+        if (!kvr_zmq_recv_frames(sub, 0, f, 3, &n))
+            continue;
         seen++;
         uint64_t seq = 0;
         kvr_frame_error fe =
@@ -131,8 +119,7 @@ int kvr_cmd_tap(int argc, char **argv)
                     print_event(&b, &b.events[i], seq);
         }
         fflush(stdout);
-        for (size_t i = 0; i < n && i < 3; i++)
-            zmq_msg_close(&f[i]);
+        kvr_zmq_close_frames(f, 3, n);
     }
     kvr_batch_free(&b);
     zmq_close(sub);

@@ -9,6 +9,7 @@
 
 #include "kvrouter/wire.h"
 #include "kvrouter/wire_encode.h"
+#include "source/frames.h"
 
 typedef struct {
     uint64_t seq;
@@ -52,21 +53,9 @@ static int bind_resolved(void *sock, const char *bind, char *out, size_t outlen)
 static void serve_replay(kvr_sim_pub *p)
 {
     zmq_msg_t frames[4];
-    int nframes = 0;
-    int more = 1;
-    while (more) {
-        zmq_msg_t m;
-        zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, p->router, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&m);
-            break;
-        }
-        more = zmq_msg_more(&m);
-        if (nframes < 4)
-            frames[nframes++] = m;
-        else
-            zmq_msg_close(&m);
-    }
+    size_t nframes = 0;
+    if (!kvr_zmq_recv_frames(p->router, ZMQ_DONTWAIT, frames, 4, &nframes))
+        return;
     /* [identity, "", start_seq] */
     if (nframes == 3 && zmq_msg_size(&frames[1]) == 0 && zmq_msg_size(&frames[2]) == 8) {
         uint64_t start = 0;
@@ -93,8 +82,7 @@ static void serve_replay(kvr_sim_pub *p)
         zmq_send(p->router, "", 0, 0);
         atomic_fetch_add(&p->replays, 1);
     }
-    for (int i = 0; i < nframes; i++)
-        zmq_msg_close(&frames[i]);
+    kvr_zmq_close_frames(frames, 4, nframes);
 }
 
 static void *replay_main(void *arg)

@@ -11,6 +11,7 @@
 
 #include <zmq.h>
 
+#include "source/frames.h"
 #include "source/source_internal.h"
 
 typedef struct kvr_source_cmd {
@@ -61,45 +62,12 @@ void kvr_source_config_default(kvr_source_config *cfg)
 
 kvr_indexer *kvr_source_indexer(kvr_source *src) { return src->ix; }
 
-/* Receives one whole multipart message without blocking. Keeps the first
- * KVR_MAX_FRAMES frames; *n_total counts them all. Returns false if none. */
-static bool recv_multipart(void *sock, zmq_msg_t *frames, size_t *n_total)
-{
-    size_t n = 0;
-    for (;;) {
-        zmq_msg_t m;
-        zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, sock, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&m);
-            if (n == 0)
-                return false;
-            break; /* a multipart message arrives whole; defensive only */
-        }
-        int more = zmq_msg_more(&m);
-        if (n < KVR_MAX_FRAMES)
-            frames[n] = m;
-        else
-            zmq_msg_close(&m);
-        n++;
-        if (!more)
-            break;
-    }
-    *n_total = n;
-    return true;
-}
-
-static void close_frames(zmq_msg_t *frames, size_t n_total)
-{
-    for (size_t i = 0; i < n_total && i < KVR_MAX_FRAMES; i++)
-        zmq_msg_close(&frames[i]);
-}
-
 static void handle_sub(kvr_source *src, kvr_listener *l)
 {
     zmq_msg_t f[KVR_MAX_FRAMES];
     size_t n;
     for (int i = 0; i < KVR_SOURCE_BURST && l->sub; i++) {
-        if (!recv_multipart(l->sub, f, &n))
+        if (!kvr_zmq_recv_frames(l->sub, ZMQ_DONTWAIT, f, KVR_MAX_FRAMES, &n))
             return;
         l->c.messages++;
         uint64_t seq = 0;
@@ -109,7 +77,7 @@ static void handle_sub(kvr_source *src, kvr_listener *l)
             l->c.bad_frames++;
         else
             kvr_listener_on_live(src, l, seq, zmq_msg_data(&f[2]), zmq_msg_size(&f[2]));
-        close_frames(f, n);
+        kvr_zmq_close_frames(f, KVR_MAX_FRAMES, n);
     }
 }
 
@@ -118,7 +86,7 @@ static void handle_dealer(kvr_source *src, kvr_listener *l)
     zmq_msg_t f[KVR_MAX_FRAMES];
     size_t n;
     for (int i = 0; i < KVR_SOURCE_BURST && l->dealer; i++) {
-        if (!recv_multipart(l->dealer, f, &n))
+        if (!kvr_zmq_recv_frames(l->dealer, ZMQ_DONTWAIT, f, KVR_MAX_FRAMES, &n))
             return;
         if (n < 3 || n > 4 || zmq_msg_size(&f[0]) != 0) {
             l->c.bad_frames++;
@@ -129,7 +97,7 @@ static void handle_dealer(kvr_source *src, kvr_listener *l)
             kvr_listener_on_replay(src, l, after, zmq_msg_data(seqf), zmq_msg_size(seqf),
                                    zmq_msg_data(pay), zmq_msg_size(pay));
         }
-        close_frames(f, n);
+        kvr_zmq_close_frames(f, KVR_MAX_FRAMES, n);
     }
 }
 

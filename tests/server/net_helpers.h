@@ -20,6 +20,7 @@
 #include "kvrouter/hash.h"
 #include "kvrouter/server.h"
 #include "kvrouter/wire_encode.h"
+#include "source/frames.h"
 
 /* ---------------------------------------------------------------- time */
 
@@ -77,25 +78,11 @@ static void *th_replay_main(void *arg)
             continue;
         zmq_msg_t f[4];
         size_t n = 0;
-        int more = 1;
-        while (more) {
-            zmq_msg_t m;
-            zmq_msg_init(&m);
-            if (zmq_msg_recv(&m, e->router, 0) < 0) {
-                zmq_msg_close(&m);
-                break;
-            }
-            more = zmq_msg_more(&m);
-            if (n < 4)
-                f[n++] = m;
-            else
-                zmq_msg_close(&m);
-        }
+        if (!kvr_zmq_recv_frames(e->router, 0, f, 4, &n))
+            continue;
         if (n == 3 && zmq_msg_size(&f[2]) == 8) {
-            const unsigned char *s = zmq_msg_data(&f[2]);
             uint64_t start = 0;
-            for (int i = 0; i < 8; i++)
-                start = (start << 8) | s[i];
+            kvr_frame_parse(3, zmq_msg_data(&f[2]), 8, &start); /* 8 bytes: cannot fail */
             pthread_mutex_lock(&e->mu);
             e->replay_requests++;
             e->last_replay_start = start;
@@ -118,8 +105,7 @@ static void *th_replay_main(void *arg)
             }
             pthread_mutex_unlock(&e->mu);
         }
-        for (size_t i = 0; i < n; i++)
-            zmq_msg_close(&f[i]);
+        kvr_zmq_close_frames(f, 4, n);
     }
     return NULL;
 }
