@@ -10,6 +10,7 @@
 #include "cli/decode_bench.h"
 #include "cli/decode_json.h"
 #include "kvrouter/wire.h"
+#include "util/hex.h"
 
 static const char decode_usage[] =
     "usage: kvrouter decode --hex HEX | --file FILE | -\n"
@@ -32,17 +33,6 @@ static int decode_fail(int rc, const char *what, const char *arg)
     return rc;
 }
 
-static int hexdigit(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Spaces between byte pairs are allowed (copied from dumps). */
 static unsigned char *from_hex(const char *hex, size_t *len)
 {
@@ -54,7 +44,7 @@ static unsigned char *from_hex(const char *hex, size_t *len)
     for (const char *p = hex; *p; p++) {
         if (*p == ' ' || *p == '\n' || *p == '\t')
             continue;
-        int d = hexdigit(*p);
+        int d = kvr_hex_digit(*p);
         if (d < 0) {
             free(out);
             return NULL;

@@ -11,6 +11,7 @@
 #include "server/api.h"
 #include "server/json_util.h"
 #include "server/scores_json.h"
+#include "util/hex.h"
 
 typedef struct {
     kvr_query_request q;
@@ -33,14 +34,6 @@ static bool given(json_t *body, const char *key)
     return v && !json_is_null(v);
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c = (char)tolower((unsigned char)c);
-    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
 /* mm_hash: a JSON integer (negative = its u64 bits, since JSON numbers
  * above 2^63 do not parse), or a 16-hex-digit string, or a 64-hex-digit
  * string (a SHA-256 image hash) of which the last 16 digits count — the
@@ -59,7 +52,7 @@ static bool parse_mm_hash(const json_t *v, uint64_t *out)
         return false;
     uint64_t x = 0;
     for (size_t i = 0; i < n; i++) {
-        int d = hexval(s[i]);
+        int d = kvr_hex_digit(s[i]);
         if (d < 0)
             return false;
         x = (x << 4) | (uint64_t)d; /* earlier digits shift out */

@@ -5,6 +5,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "util/hex.h"
+
 const char *kvr_test_path(const char *relative)
 {
     static char buf[4096];
@@ -62,17 +64,6 @@ char *kvr_test_read_file(const char *path, size_t *len)
     return buf;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 unsigned char *kvr_test_hex(const char *hex, size_t *len)
 {
     size_t n = strlen(hex);
@@ -80,7 +71,7 @@ unsigned char *kvr_test_hex(const char *hex, size_t *len)
         return NULL;
     unsigned char *out = malloc(n / 2 + 1);
     for (size_t i = 0; i < n / 2; i++) {
-        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+        int hi = kvr_hex_digit(hex[2 * i]), lo = kvr_hex_digit(hex[2 * i + 1]);
         if (hi < 0 || lo < 0) {
             free(out);
             return NULL;
