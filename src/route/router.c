@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "route/internal.h"
+#include "util/rng.h"
 
 void kvr_router_config_default(kvr_router_config *cfg)
 {
@@ -157,11 +158,7 @@ int route_grow(void **buf, size_t *cap, size_t need, size_t elt)
 
 uint64_t route_rng_next(kvr_router *r)
 {
-    /* splitmix64: tiny state, good enough for tie-breaks and sampling. */
-    uint64_t z = (r->rng += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+    return kvr_splitmix64(&r->rng);
 }
 
 double route_rng_uniform(kvr_router *r)

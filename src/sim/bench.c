@@ -142,7 +142,8 @@ int kvr_bench_build(const kvr_trace *t, const kvr_bench_config *cfg, kvr_bench_s
         goto out;
     uint64_t rng = cfg->seed ? cfg->seed : 1;
     for (size_t i = 0; i < t->n; i++) {
-        /* splitmix64: uniform worker choice, reproducible from the seed */
+        /* Weyl step + murmur finalizer: uniform worker choice, reproducible
+         * from the seed (the published checksums depend on this sequence). */
         rng += 0x9E3779B97F4A7C15ULL;
         uint64_t w = kvr_mix64(rng) % cfg->workers;
         size_t nt = kvr_trace_tokens(&t->reqs[i], tokens, max_tokens);

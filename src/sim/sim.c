@@ -11,6 +11,7 @@
 #include "sim/clock.h"
 #include "sim/engine.h"
 #include "sim/kvrouter_policy.h"
+#include "util/rng.h"
 #include "util/u64map.h"
 
 static const char *const policy_names[KVR_SIM_POLICY_COUNT] = {
@@ -141,14 +142,6 @@ typedef struct {
     kvr_sim_request req;
 } sim_run;
 
-static uint64_t next_rand(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
 /* Fewer running requests, then fewer tokens still to prefill. */
 static bool lighter(const sim_run *s, size_t a, size_t b)
 {
@@ -201,7 +194,7 @@ static long pick(sim_run *s, size_t idx, uint32_t osl)
         return (long)w;
     }
     case KVR_SIM_RANDOM:
-        return (long)(next_rand(&s->rng) % s->n_slots);
+        return (long)(kvr_splitmix64(&s->rng) % s->n_slots);
     case KVR_SIM_LEAST_LOADED:
         return (long)least_loaded(s);
     case KVR_SIM_APPROX_TREE:
@@ -286,7 +279,7 @@ static int create_engines(sim_run *s, char *err, size_t errlen)
     uint64_t port_rng = cfg->seed ^ (uint64_t)time(NULL);
     for (size_t e = 0; e < cfg->engines; e++) {
         for (int attempt = 0;; attempt++) {
-            unsigned base = 20000 + (unsigned)(next_rand(&port_rng) % 30000);
+            unsigned base = 20000 + (unsigned)(kvr_splitmix64(&port_rng) % 30000);
             size_t r;
             for (r = 0; r < cfg->dp; r++) {
                 char pub[64], rep[64];
