@@ -9,6 +9,7 @@
 #include "kvrouter/hash.h"
 #include "sim/approx_tree.h"
 #include "sim/clock.h"
+#include "sim/diagnose.h"
 #include "sim/engine.h"
 #include "sim/kvrouter_policy.h"
 #include "util/rng.h"
@@ -45,6 +46,10 @@ void kvr_sim_config_defaults(kvr_sim_config *c)
     c->model_name = "sim-model";
     c->sync_every = 1;
     c->sync_timeout_ms = 5000;
+    /* An environment switch so any front end (the CLI, tests, demo.sh)
+     * gets the diagnostic without a new option. */
+    const char *d = getenv("KVR_SIM_DIAGNOSE");
+    c->diagnose = d && d[0] && strcmp(d, "0") != 0;
 }
 
 bool kvr_sim_engine_is_kimi(const kvr_sim_config *c, size_t engine)
@@ -407,6 +412,15 @@ int kvr_sim_run(const kvr_sim_config *cfg, const kvr_sim_workload *wl, kvr_sim_p
             goto done;
         }
         size_t slot = (size_t)w;
+        /* Before serving: the caches as the policy saw them. The chosen
+         * slot's peek equals what serving it finds. */
+        if (cfg->diagnose && pol != KVR_SIM_ORACLE) {
+            kvr_sim_hit seen;
+            kvr_sim_engine_peek(s.eng[slot], engine_tokens(&s, slot), s.req.n, &seen);
+            uint64_t got = (uint64_t)(seen.gpu_blocks + seen.cpu_blocks) * B;
+            kvr_sim_diagnose_request(&out->diag, s.eng, s.kimi, s.n_slots, &s.req, B, cfg->eagle,
+                                     got < s.req.n ? got : s.req.n);
+        }
         if (cfg->choices)
             cfg->choices[i] = (uint32_t)slot;
         kvr_sim_hit hit;
@@ -472,6 +486,9 @@ int kvr_sim_run(const kvr_sim_config *cfg, const kvr_sim_workload *wl, kvr_sim_p
     out->ttft_p50_ms = percentile(s.ttft, n, 50);
     out->ttft_p99_ms = percentile(s.ttft, n, 99);
     out->ttft_mean_ms = n ? sum / (double)n : 0;
+    if (cfg->diagnose && pol != KVR_SIM_ORACLE)
+        kvr_sim_print_diagnosis(stdout, kvr_sim_policy_name(pol), &out->diag, out->prompt_tokens,
+                                out->reused_tokens);
     if (s.kr) {
         kvr_sim_kr_stats(s.kr, out);
         kvr_sim_kr_collect(s.kr, out);

@@ -57,9 +57,16 @@ typedef struct {
     const char *route_extra; /* extra JSON members for every /route body, e.g. "\"overlap_score_credit\":2" */
     FILE *log;              /* progress lines, or NULL */
     uint32_t *choices;      /* optional: the slot chosen for each request (tests) */
+    bool diagnose;          /* sim/diagnose.h; default from env KVR_SIM_DIAGNOSE=1 */
 } kvr_sim_config;
 
 void kvr_sim_config_defaults(kvr_sim_config *c);
+
+/* Sums over requests, in prompt tokens (sim/diagnose.h). */
+typedef struct {
+    uint64_t requests, best_tokens, visible_tokens;
+    uint64_t below_best, best_shortfall, below_visible, visible_shortfall;
+} kvr_sim_diagnosis;
 
 typedef struct {
     bool ran;
@@ -82,6 +89,7 @@ typedef struct {
     /* The router's own counters for the fleet at the end (GET /workers). */
     uint64_t router_drops, router_wide_tokens, router_mm_excluded, router_seq_gaps;
     char router_drop_detail[256]; /* "reason=n ..." of the nonzero drop reasons */
+    kvr_sim_diagnosis diag;       /* filled when cfg->diagnose (not for oracle) */
 } kvr_sim_result;
 
 /* Engine e is Kimi engine_wide when the running share crosses an integer:

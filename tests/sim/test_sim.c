@@ -206,6 +206,39 @@ static void test_oracle_bounds_baselines(void **state)
     kvr_trace_free(&t);
 }
 
+/* Round robin over 4 engines on one shared 600-token prompt: request 0
+ * finds nothing anywhere, requests 1-3 miss the 592 tokens engine 0 holds,
+ * requests 4-7 land where they are cached. With an image at tokens
+ * 32..288 and every engine Kimi engine_wide, a router bound by SPEC §5 sees
+ * only the 2 blocks before it. */
+static void test_diagnosis_best_and_visible(void **state)
+{
+    (void)state;
+    mini_trace m;
+    mini(&m, 8, NULL, NULL, 600, true);
+    for (int kimi = 0; kimi <= 1; kimi++) {
+        kvr_sim_workload wl;
+        assert_int_equal(kvr_sim_workload_init(&wl, &m.trace, kimi ? 1.0 : 0, 1), 0);
+        kvr_sim_config c;
+        base_config(&c, 4);
+        c.diagnose = true;
+        c.kimi_share = kimi;
+        kvr_sim_result r;
+        char err[256];
+        assert_int_equal(kvr_sim_run(&c, &wl, KVR_SIM_ROUND_ROBIN, &r, err, sizeof err), 0);
+        assert_int_equal(r.reused_tokens, 4 * 592);
+        assert_int_equal(r.diag.requests, 8);
+        assert_int_equal(r.diag.best_tokens, 7 * 592);
+        assert_int_equal(r.diag.below_best, 3);
+        assert_int_equal(r.diag.best_shortfall, 3 * 592);
+        assert_int_equal(r.diag.visible_tokens, kimi ? 7 * 32 : 7 * 592);
+        assert_int_equal(r.diag.below_visible, 3);
+        assert_int_equal(r.diag.visible_shortfall, kimi ? 3 * 32 : 3 * 592);
+        kvr_sim_workload_free(&wl);
+    }
+    free(m.trace.reqs);
+}
+
 static void test_kimi_share_spreads(void **state)
 {
     (void)state;
@@ -232,6 +265,7 @@ int main(void)
         cmocka_unit_test(test_approx_tree_rules),
         cmocka_unit_test(test_oracle_bounds_baselines),
         cmocka_unit_test(test_kimi_share_spreads),
+        cmocka_unit_test(test_diagnosis_best_and_visible),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
