@@ -30,6 +30,8 @@ struct kvr_match_ctx {
     owner_state *st;
     kvr_match_entry *out;
     size_t out_cap;
+    uint32_t *explicit_at; /* positions in the first set of the owners given counters */
+    size_t explicit_cap;
     kvr_match_ctx_stats stats;
 };
 
@@ -69,6 +71,7 @@ void kvr_match_ctx_destroy(kvr_match_ctx *ctx)
         return;
     free(ctx->st);
     free(ctx->out);
+    free(ctx->explicit_at);
     free(ctx);
 }
 
@@ -90,6 +93,13 @@ static int ctx_reserve(kvr_match_ctx *ctx, uint32_t owners, size_t out)
         ctx->out = n;
         ctx->out_cap = out;
     }
+    if (out > ctx->explicit_cap) {
+        uint32_t *n = realloc(ctx->explicit_at, out * sizeof *n);
+        if (!n)
+            return -1;
+        ctx->explicit_at = n;
+        ctx->explicit_cap = out;
+    }
     return 0;
 }
 
@@ -102,11 +112,13 @@ static inline void implicit(owner_state *s, uint32_t t, uint32_t L)
 }
 
 /* Gives explicit counters to the owners of entries e that also own the
- * first block (fe), as they stand after L blocks of the first set. Both
- * arrays are sorted by owner: merge when e is large, else binary search. */
-static void materialize(owner_state *st, uint32_t epoch, const uint32_t *fe, uint32_t flen,
-                        const uint32_t *e, uint32_t len, uint32_t L)
+ * first block (fe), as they stand after L blocks of the first set, and
+ * writes their positions in fe to at, ascending. Both arrays are sorted by
+ * owner: merge when e is large, else binary search. Returns how many. */
+static uint32_t materialize(owner_state *st, uint32_t epoch, const uint32_t *fe, uint32_t flen,
+                            const uint32_t *e, uint32_t len, uint32_t L, uint32_t *at)
 {
+    uint32_t n = 0;
     if ((uint64_t)len * 16 >= flen) {
         uint32_t j = 0;
         for (uint32_t k = 0; k < len; k++) {
@@ -114,13 +126,14 @@ static void materialize(owner_state *st, uint32_t epoch, const uint32_t *fe, uin
             while (j < flen && kvr_oset_owner(fe[j]) < o)
                 j++;
             if (j == flen)
-                return;
+                break;
             if (kvr_oset_owner(fe[j]) == o) {
                 st[o].stamp = epoch;
                 implicit(&st[o], fe[j], L);
+                at[n++] = j;
             }
         }
-        return;
+        return n;
     }
     for (uint32_t k = 0; k < len; k++) {
         uint32_t o = kvr_oset_owner(e[k]), lo = 0, hi = flen;
@@ -134,8 +147,10 @@ static void materialize(owner_state *st, uint32_t epoch, const uint32_t *fe, uin
         if (lo < flen && kvr_oset_owner(fe[lo]) == o) {
             st[o].stamp = epoch;
             implicit(&st[o], fe[lo], L);
+            at[n++] = lo;
         }
     }
+    return n;
 }
 
 #define AHEAD 32
@@ -207,6 +222,7 @@ size_t kvr_index_match(kvr_index *idx, kvr_match_ctx *ctx, const uint64_t *local
      * whose set differs (materialize); the others stay frozen at depth L. */
     bool any = (fs->tiers & (T_G | T_C | T_D)) != 0;
     bool materialized = false;
+    uint32_t n_explicit = 0;
     uint32_t L = 1;
     uint32_t cur = first, prev_set = first_set, explicit_depth = 0, run = 0;
     /* Tags of the blocks ahead are computed from the request alone; their
@@ -243,7 +259,7 @@ size_t kvr_index_match(kvr_index *idx, kvr_match_ctx *ctx, const uint64_t *local
             L = i;
             run = 0;
             materialized = true;
-            materialize(st, epoch, fe, fs->len, e, o->len, L);
+            n_explicit = materialize(st, epoch, fe, fs->len, e, o->len, L, ctx->explicit_at);
         } else if (run) {
             apply_run(st, epoch, kvr_osets_get(&idx->sets, prev_set), explicit_depth + 1, run);
             run = 0;
@@ -270,32 +286,34 @@ size_t kvr_index_match(kvr_index *idx, kvr_match_ctx *ctx, const uint64_t *local
     else if (run)
         apply_run(st, epoch, kvr_osets_get(&idx->sets, prev_set), explicit_depth + 1, run);
     /* One entry per first-block owner: with a fleet-wide prefix this loop
-     * is the floor of every match, so the common all-implicit case has its
-     * own branch-light loop. */
+     * is the floor of every match. Every owner is written with its counters
+     * after L blocks of the first set, then the few given explicit counters
+     * (listed by position) are patched: the scratch is not read per owner. */
     const kvr_owner_key *keys = idx->owner_keys;
     kvr_match_entry *res = ctx->out;
-    if (!materialized) {
-        for (uint32_t k = 0; k < fs->len; k++) {
-            uint32_t t = fe[k], owner = kvr_oset_owner(t);
-            if (!(t & (T_G | T_C | T_D)))
-                continue;
-            res[found++] = (kvr_match_entry){owner, keys[owner].worker_id, keys[owner].dp_rank,
-                                             (t & T_G) ? L : 0, (t & (T_G | T_C)) ? L : 0, L};
-        }
-    } else {
-        for (uint32_t k = 0; k < fs->len; k++) {
-            uint32_t owner = kvr_oset_owner(fe[k]);
-            owner_state imp;
-            const owner_state *s = &st[owner];
-            if (s->stamp != epoch) {
-                implicit(&imp, fe[k], L);
-                s = &imp;
-            }
-            if (!s->d)
-                continue;
-            res[found++] = (kvr_match_entry){owner, keys[owner].worker_id, keys[owner].dp_rank,
-                                             s->g, s->c, s->d};
-        }
+    uint32_t unreached = 0;
+    for (uint32_t k = 0; k < fs->len; k++) {
+        uint32_t t = fe[k], owner = kvr_oset_owner(t);
+        uint32_t d = (t & (T_G | T_C | T_D)) ? L : 0;
+        res[k] = (kvr_match_entry){owner, keys[owner].worker_id, keys[owner].dp_rank,
+                                   (t & T_G) ? L : 0, (t & (T_G | T_C)) ? L : 0, d};
+        unreached += d == 0;
+    }
+    for (uint32_t x = 0; x < n_explicit; x++) {
+        kvr_match_entry *r = &res[ctx->explicit_at[x]];
+        const owner_state *s = &st[r->owner];
+        r->gpu_blocks = s->g;
+        r->cpu_blocks = s->c;
+        r->disk_blocks = s->d;
+    }
+    found = fs->len;
+    /* Owners holding the first block on no tier that counts (external
+     * only) are not part of the result. */
+    if (unreached) {
+        found = 0;
+        for (uint32_t k = 0; k < fs->len; k++)
+            if (res[k].disk_blocks)
+                res[found++] = res[k];
     }
 done:
     pthread_rwlock_unlock(&idx->lock);

@@ -82,6 +82,12 @@ typedef struct {
     size_t n_blocks, hashes_cap;
     kvr_match_entry *matches; /* copied out of the match ctx */
     size_t n_matches, cap;
+    /* Matches by worker: the first one's index, then same_worker[i] links
+     * the next (UINT32_MAX ends). A fleet of W workers has up to W matches
+     * and W candidates; a scan per candidate would cost W^2. */
+    kvr_u64map by_worker;
+    uint32_t *same_worker;
+    size_t same_worker_cap;
 } route_profile;
 
 typedef struct {
@@ -152,6 +158,9 @@ kvr_route_status route_validate(const kvr_query_request *req, char *err, size_t 
 /* Fills s->profiles / s->worker_profile for the n workers in s->caps. */
 int route_build_profiles(route_scratch *s, size_t n_workers, const kvr_query_request *req);
 /* Hashes and matches every profile once. -1 on out of memory. */
+/* The first match of worker_id in the profile, UINT32_MAX if none; the
+ * others follow through pr->same_worker. */
+uint32_t route_profile_first_match(const route_profile *pr, uint64_t worker_id);
 int route_match_profiles(route_scratch *s, kvr_index *idx, uint32_t block_size,
                          const kvr_query_request *req);
 /* Turns every profile's local hashes into chain hashes (SPEC §4), in place. */

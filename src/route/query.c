@@ -34,8 +34,9 @@ static long list_workers(kvr_router *r, route_scratch *s, const char *model, con
 static const kvr_match_entry *find_match(const route_profile *pr, uint64_t worker_id,
                                          uint32_t dp_rank)
 {
-    for (size_t i = 0; i < pr->n_matches; i++)
-        if (pr->matches[i].worker_id == worker_id && pr->matches[i].dp_rank == dp_rank)
+    for (uint32_t i = route_profile_first_match(pr, worker_id); i != UINT32_MAX;
+         i = pr->same_worker[i])
+        if (pr->matches[i].dp_rank == dp_rank)
             return &pr->matches[i];
     return NULL;
 }
@@ -79,9 +80,10 @@ static void add_worker(kvr_query_result *out, route_scratch *s, size_t w)
     for (uint32_t k = 0; k < s->spans[w].n; k++)
         add_entry(out, s, c, prof, s->ranks[s->spans[w].off + k], true);
     bool zero_listed = s->spans[w].n == 0;
-    for (size_t i = 0; i < pr->n_matches; i++) {
+    for (uint32_t i = route_profile_first_match(pr, c->worker_id); i != UINT32_MAX;
+         i = pr->same_worker[i]) {
         const kvr_match_entry *m = &pr->matches[i];
-        if (m->worker_id != c->worker_id || has_rank(s, w, m->dp_rank))
+        if (has_rank(s, w, m->dp_rank))
             continue;
         if (m->dp_rank == 0)
             zero_listed = false;

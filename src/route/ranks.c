@@ -63,16 +63,6 @@ static route_wr *load_ranks(kvr_indexer *ix, const char *model, const char *grou
     return pairs;
 }
 
-static bool covers(const route_rank_group *g, const kvr_worker_caps *caps, size_t n)
-{
-    for (size_t w = 0; w < n; w++) {
-        size_t i = lower_bound(g->pairs, g->n, caps[w].worker_id);
-        if (i == g->n || g->pairs[i].worker_id != caps[w].worker_id)
-            return false;
-    }
-    return true;
-}
-
 static route_rank_group *group_find(kvr_router *r, uintptr_t index)
 {
     for (route_rank_group *g = r->rank_groups; g; g = g->next)
@@ -81,15 +71,26 @@ static route_rank_group *group_find(kvr_router *r, uintptr_t index)
     return NULL;
 }
 
-/* Copies the cached ranks of each worker of s->caps into s->ranks. */
-static int copy_ranks(route_scratch *s, const route_rank_group *g, size_t n_workers)
+/* Copies the cached ranks of each worker of s->caps into s->ranks. A
+ * worker missing from the cache makes it return 1 (it needs a refresh), or
+ * when lenient gets no ranks. 0 done, -1 out of memory. */
+static int copy_ranks(route_scratch *s, const route_rank_group *g, size_t n_workers, bool lenient)
 {
-    size_t total = 0;
+    size_t total = 0, next = 0;
     for (size_t w = 0; w < n_workers; w++) {
-        size_t i = lower_bound(g->pairs, g->n, s->caps[w].worker_id);
+        uint64_t id = s->caps[w].worker_id;
+        /* workers usually come in the cache's order: try where the last
+         * one ended before searching */
+        size_t i = next < g->n && g->pairs[next].worker_id == id &&
+                           (next == 0 || g->pairs[next - 1].worker_id != id)
+                       ? next
+                       : lower_bound(g->pairs, g->n, id);
+        if ((i == g->n || g->pairs[i].worker_id != id) && !lenient)
+            return 1;
         size_t j = i;
-        while (j < g->n && g->pairs[j].worker_id == s->caps[w].worker_id)
+        while (j < g->n && g->pairs[j].worker_id == id)
             j++;
+        next = j;
         s->spans[w].off = (uint32_t)total;
         if (route_grow((void **)&s->ranks, &s->ranks_cap, total + (j - i) + 1, sizeof *s->ranks) < 0)
             return -1;
@@ -110,11 +111,14 @@ int route_ranks_snapshot(kvr_router *r, route_scratch *s, uintptr_t index, const
     for (int attempt = 0; attempt < 2; attempt++) {
         pthread_mutex_lock(&r->ranks_mu);
         route_rank_group *g = group_find(r, index);
-        bool fresh = g && now - g->refreshed_at < r->cfg.rank_refresh_s && covers(g, s->caps, n_workers);
-        if (fresh || (g && attempt > 0)) {
-            int rc = copy_ranks(s, g, n_workers);
-            pthread_mutex_unlock(&r->ranks_mu);
-            return rc;
+        if (g && (attempt > 0 || now - g->refreshed_at < r->cfg.rank_refresh_s)) {
+            /* After a refresh a worker still missing registered meanwhile:
+             * it is a candidate without ranks until the next refresh. */
+            int rc = copy_ranks(s, g, n_workers, attempt > 0);
+            if (rc != 1) {
+                pthread_mutex_unlock(&r->ranks_mu);
+                return rc;
+            }
         }
         pthread_mutex_unlock(&r->ranks_mu);
 

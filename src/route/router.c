@@ -85,6 +85,8 @@ static void scratch_destroy(route_scratch *s)
     for (size_t i = 0; i < s->profiles_cap; i++) {
         free(s->profiles[i].matches);
         free(s->profiles[i].hashes);
+        free(s->profiles[i].same_worker);
+        kvr_u64map_free(&s->profiles[i].by_worker);
     }
     free(s->profiles);
     free(s->padded);

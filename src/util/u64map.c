@@ -1,6 +1,7 @@
 #include "util/u64map.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #define MIN_CAP 16u
 
@@ -22,6 +23,15 @@ void kvr_u64map_free(kvr_u64map *m)
 void kvr_u64map_clear(kvr_u64map *m)
 {
     kvr_u64map_free(m);
+}
+
+void kvr_u64map_reset(kvr_u64map *m)
+{
+    if (m->len)
+        memset(m->slots, 0, m->cap * sizeof *m->slots);
+    m->len = 0;
+    m->has_zero = false;
+    m->zero_val = 0;
 }
 
 size_t kvr_u64map_len(const kvr_u64map *m)

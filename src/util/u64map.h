@@ -36,6 +36,8 @@ void kvr_u64map_init(kvr_u64map *m);
 void kvr_u64map_free(kvr_u64map *m);
 /* Empties the map and releases its memory. */
 void kvr_u64map_clear(kvr_u64map *m);
+/* Empties the map and keeps its memory: for a map refilled per request. */
+void kvr_u64map_reset(kvr_u64map *m);
 size_t kvr_u64map_len(const kvr_u64map *m);
 size_t kvr_u64map_bytes(const kvr_u64map *m);
 

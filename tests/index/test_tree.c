@@ -151,6 +151,34 @@ static void test_tier_reach(void **state)
     assert_int_equal(result(f->idx, f->ctx, f->b, 0, 7), 3);
 }
 
+/* Owners of the first block on no tier a match counts (external only) are
+ * left out of the result, whether or not the walk gave anyone explicit
+ * counters (a later block with other owners). */
+static void test_external_only_owner_left_out(void **state)
+{
+    fx *f = *state;
+    kvr_owner c = kvr_index_owner(f->idx, 9, 0);
+    store(f->idx, f->a, KVR_TIER_EXTERNAL, false, 0, 100, 0, 3);
+    store(f->idx, f->b, G, false, 0, 200, 0, 3);
+    store(f->idx, c, C, false, 0, 300, 0, 2);
+    const kvr_match_entry *r;
+    uint64_t l[] = {1, 2, 3};
+    /* blocks 1-2: the same owners (implicit counters only) */
+    size_t k = kvr_index_match(f->idx, f->ctx, l, 2, &r);
+    assert_int_equal(k, 2);
+    for (size_t i = 0; i < k; i++) {
+        assert_int_not_equal(r[i].owner, f->a);
+        assert_int_equal(r[i].disk_blocks, 2);
+        assert_int_equal(r[i].gpu_blocks, r[i].owner == f->b ? 2 : 0);
+    }
+    /* block 3 without c: b and c get explicit counters */
+    k = kvr_index_match(f->idx, f->ctx, l, 3, &r);
+    assert_int_equal(k, 2);
+    assert_int_equal(result(f->idx, f->ctx, f->b, 0, 3), 30303);
+    assert_int_equal(result(f->idx, f->ctx, c, 0, 3), 202);
+    assert_int_equal(result(f->idx, f->ctx, f->a, 0, 3), -1);
+}
+
 static void test_owner_and_rank_isolation(void **state)
 {
     fx *f = *state;
@@ -391,6 +419,7 @@ int main(void)
         T(test_unknown_parent_applies_nothing),
         T(test_unknown_removal_counted),
         T(test_tier_reach),
+        T(test_external_only_owner_left_out),
         T(test_owner_and_rank_isolation),
         T(test_gap_stops_prefix),
         T(test_subtree_reclaim_and_memory_baseline),

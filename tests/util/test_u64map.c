@@ -72,11 +72,32 @@ static void test_drains_to_zero_bytes(void **state)
     kvr_u64map_free(&m);
 }
 
+static void test_reset_keeps_memory_and_forgets_keys(void **state)
+{
+    (void)state;
+    kvr_u64map m;
+    kvr_u64map_init(&m);
+    for (int round = 0; round < 3; round++) {
+        for (uint64_t k = 0; k < 1000; k++)
+            assert_int_equal(kvr_u64map_put(&m, k * 7 + (uint64_t)round, k), 0);
+        assert_int_equal(kvr_u64map_len(&m), 1000);
+        size_t bytes = kvr_u64map_bytes(&m);
+        kvr_u64map_reset(&m);
+        assert_int_equal(kvr_u64map_len(&m), 0);
+        assert_int_equal(kvr_u64map_bytes(&m), bytes);
+        /* the previous round's keys, key 0 included, are gone */
+        for (uint64_t k = 0; k < 1000; k++)
+            assert_false(kvr_u64map_get(&m, k * 7 + (uint64_t)round, NULL));
+    }
+    kvr_u64map_free(&m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_churn),
         cmocka_unit_test(test_drains_to_zero_bytes),
+        cmocka_unit_test(test_reset_keeps_memory_and_forgets_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

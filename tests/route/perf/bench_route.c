@@ -1,11 +1,12 @@
 /* kvr_route throughput in-process (the embedding path, no HTTP): 64 workers
+ * (or [workers])
  * on one (model, group), 16 prompt families of 2,000 tokens, block size 16;
  * each worker caches its family whole and 40% of the next one. Bookings are
  * released right away so the load stays steady. Built by hand:
  *   cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc tests/route/perf/bench_route.c \
  *      -o /tmp/bench_route -LBUILD -lkvr_route -lkvr_index -lkvr_normalize -lkvr_hash \
  *      -lkvr_wire -lkvr_util -lxxhash -l:libmsgpuck.a -lpthread -lm
- *   /tmp/bench_route [seconds] [threads] [held]
+ *   /tmp/bench_route [seconds] [threads] [held] [workers]
  * held > 0 keeps that many bookings per thread outstanding (each released
  * `held` routes later), so candidates carry load and shared blocks. */
 #include <pthread.h>
@@ -17,7 +18,7 @@
 #include "kvrouter/hash.h"
 #include "kvrouter/route.h"
 
-#define WORKERS 64
+static uint64_t n_workers = 64;
 #define FAMILIES 16
 #define TOKENS 2000
 #define BS 16
@@ -96,12 +97,14 @@ int main(int argc, char **argv)
         nt = 2;
     if (argc > 3)
         held = atoi(argv[3]);
+    if (argc > 4)
+        n_workers = strtoull(argv[4], NULL, 10);
     kvr_indexer *ix = kvr_indexer_create();
     for (int f = 0; f < FAMILIES; f++)
         for (int i = 0; i < TOKENS; i++)
             fam[f][i] = (uint32_t)((f * 7919 + i * 31) % 150000 + 10);
     uint64_t local[TOKENS / BS], engine[TOKENS / BS];
-    for (uint64_t w = 1; w <= WORKERS; w++) {
+    for (uint64_t w = 1; w <= n_workers; w++) {
         kvr_worker_settings s = {.model_name = "m", .worker_id = w, .block_size = BS,
                                  .accepts_mm_hashes = -1};
         kvr_indexer_register(ix, &s, NULL);
@@ -147,7 +150,7 @@ int main(int argc, char **argv)
     qsort(all, total, sizeof *all, cmp_d);
     printf("kvr_route: %d threads, %d workers, %d-token prompts, block %d, %d held/thread: "
            "%.0f routes/s, p50 %.1f us, p99 %.1f us\n",
-           nt, WORKERS, TOKENS, BS, held, (double)total / el, all[total / 2] * 1e6,
+           nt, n_workers, TOKENS, BS, held, (double)total / el, all[total / 2] * 1e6,
            all[total * 99 / 100] * 1e6);
     free(all);
     kvr_router_destroy(router);
