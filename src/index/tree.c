@@ -119,7 +119,7 @@ static uint64_t mono_ns(void)
 /* Exclusive lock for one event or one slice of whole events. If matches
  * are queued behind the previous holder, give them the lock first (bounded,
  * so a descheduled reader cannot stall ingestion). */
-static void write_lock(kvr_index *idx)
+void kvr_tree_write_reacquire(kvr_index *idx)
 {
     if (atomic_load_explicit(&idx->readers_waiting, memory_order_relaxed)) {
         uint64_t start = mono_ns();
@@ -129,9 +129,21 @@ static void write_lock(kvr_index *idx)
     pthread_rwlock_wrlock(&idx->lock);
 }
 
+static void write_lock(kvr_index *idx)
+{
+    pthread_mutex_lock(&idx->write_mu);
+    kvr_tree_write_reacquire(idx);
+}
+
+static void write_unlock(kvr_index *idx)
+{
+    pthread_rwlock_unlock(&idx->lock);
+    pthread_mutex_unlock(&idx->write_mu);
+}
+
 void kvr_index_write_begin(kvr_index *idx) { write_lock(idx); }
 
-void kvr_index_write_end(kvr_index *idx) { pthread_rwlock_unlock(&idx->lock); }
+void kvr_index_write_end(kvr_index *idx) { write_unlock(idx); }
 
 /* Each handoff costs the writer a wakeup, the readers' turn and a cold
  * cache; handing over after every event (~0.3 us each alone) made the
@@ -153,7 +165,7 @@ bool kvr_index_write_yield(kvr_index *idx, uint64_t *slice_start_ns)
     if (!kvr_index_write_yield_due(idx, *slice_start_ns))
         return false;
     pthread_rwlock_unlock(&idx->lock);
-    write_lock(idx);
+    kvr_tree_write_reacquire(idx);
     *slice_start_ns = mono_ns();
     return true;
 }
@@ -170,6 +182,7 @@ kvr_index *kvr_index_create(void)
     /* matches must not starve event ingestion, and vice versa each call is short */
     pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
     pthread_rwlock_init(&idx->lock, &attr);
+    pthread_mutex_init(&idx->write_mu, NULL);
     atomic_init(&idx->readers_waiting, 0);
     pthread_rwlockattr_destroy(&attr);
     kvr_ids_init(&idx->node_ids);
@@ -205,6 +218,7 @@ void kvr_index_destroy(kvr_index *idx)
     kvr_u64map_free(&idx->by_worker);
     kvr_u64map_free(&idx->exc);
     pthread_rwlock_destroy(&idx->lock);
+    pthread_mutex_destroy(&idx->write_mu);
     free(idx);
 }
 
@@ -262,7 +276,7 @@ kvr_owner kvr_index_owner(kvr_index *idx, uint64_t worker_id, uint32_t dp_rank)
     idx->n_owners++;
     o = id;
 out:
-    pthread_rwlock_unlock(&idx->lock);
+    write_unlock(idx);
     return o;
 }
 
@@ -337,6 +351,7 @@ kvr_drop_reason kvr_index_store_locked(kvr_index *idx, kvr_owner owner, kvr_tier
         return KVR_DROP_UNKNOWN_TIER;
     if (owner >= idx->n_owners)
         return KVR_DROP_PARENT_NOT_FOUND;
+    kvr_tree_child_fit(idx, n < UINT32_MAX ? (uint32_t)n : UINT32_MAX);
     kvr_drop_reason r = KVR_DROP_NONE;
     uint32_t cur = KVR_ROOT;
     if (has_parent) {
@@ -377,7 +392,7 @@ kvr_drop_reason kvr_index_store(kvr_index *idx, kvr_owner owner, kvr_tier tier, 
     write_lock(idx);
     kvr_drop_reason r = kvr_index_store_locked(idx, owner, tier, has_parent, parent,
                                                engine_hashes, local_hashes, n);
-    pthread_rwlock_unlock(&idx->lock);
+    write_unlock(idx);
     return r;
 }
 
@@ -386,6 +401,7 @@ size_t kvr_index_remove_locked(kvr_index *idx, kvr_owner owner, kvr_tier tier,
 {
     if ((unsigned)tier >= KVR_TIER_COUNT || owner >= idx->n_owners)
         return n;
+    kvr_tree_child_fit(idx, 0);
     size_t unknown = 0;
     uint32_t bit = 1u << tier;
     /* Removals are three dependent misses per block (handle slot, node,
@@ -432,7 +448,7 @@ size_t kvr_index_remove(kvr_index *idx, kvr_owner owner, kvr_tier tier,
         return n;
     write_lock(idx);
     size_t unknown = kvr_index_remove_locked(idx, owner, tier, engine_hashes, n);
-    pthread_rwlock_unlock(&idx->lock);
+    write_unlock(idx);
     return unknown;
 }
 
@@ -440,6 +456,7 @@ void kvr_index_clear_owner_locked(kvr_index *idx, kvr_owner owner)
 {
     if (owner >= idx->n_owners)
         return;
+    kvr_tree_child_fit(idx, 0);
     kvr_handles *hm = &idx->owners[owner].handles;
     size_t n = kvr_handles_len(hm), k = 0, it = 0;
     uint32_t *nodes = malloc((n ? n : 1) * sizeof *nodes);
@@ -484,7 +501,7 @@ void kvr_index_clear_owner(kvr_index *idx, kvr_owner owner)
 {
     write_lock(idx);
     kvr_index_clear_owner_locked(idx, owner);
-    pthread_rwlock_unlock(&idx->lock);
+    write_unlock(idx);
 }
 
 void kvr_index_stats_get(kvr_index *idx, kvr_index_stats *out)

@@ -51,21 +51,67 @@ static void child_place(uint64_t *t, uint32_t cap, uint64_t slot)
     t[i] = slot;
 }
 
-static int child_resize(kvr_index *idx, uint32_t cap)
+/* A copy of table (cap slots) with new_cap slots; NULL on OOM. Reads the
+ * old table only, so it can run while matches read it too. */
+static uint64_t *child_rehash(const uint64_t *table, uint32_t cap, uint32_t new_cap)
 {
-    uint64_t *t = NULL;
-    if (cap) {
-        t = calloc(cap, sizeof *t);
-        if (!t)
-            return -1;
-        kvr_hugepage_hint(t, (size_t)cap * sizeof *t);
-        for (uint32_t i = 0; i < idx->child_cap; i++)
-            if (idx->child[i])
-                child_place(t, cap, idx->child[i]);
-    }
+    uint64_t *t = calloc(new_cap, sizeof *t);
+    if (!t)
+        return NULL;
+    kvr_hugepage_hint(t, (size_t)new_cap * sizeof *t);
+    for (uint32_t i = 0; i < cap; i++)
+        if (table[i])
+            child_place(t, new_cap, table[i]);
+    return t;
+}
+
+static void child_install(kvr_index *idx, uint64_t *t, uint32_t cap)
+{
     free(idx->child);
     idx->child = t;
     idx->child_cap = cap;
+}
+
+static int child_resize(kvr_index *idx, uint32_t cap)
+{
+    uint64_t *t = NULL;
+    if (cap && !(t = child_rehash(idx->child, idx->child_cap, cap)))
+        return -1;
+    child_install(idx, t, cap);
+    return 0;
+}
+
+/* Tables up to this many slots (~0.5 ms to rehash) resize in place, inside
+ * the event that needs it; larger ones only in kvr_tree_child_fit. */
+#define CHILD_INLINE_MAX (1u << 16)
+
+static bool child_overfull(uint64_t len, uint32_t cap) { return len * 5 > (uint64_t)cap * 4; }
+static bool child_sparse(uint64_t len, uint32_t cap) { return cap > CHILD_MIN && len * 8 < cap; }
+
+int kvr_tree_child_fit(kvr_index *idx, uint32_t more)
+{
+    uint64_t need = (uint64_t)idx->child_len + more;
+    uint32_t cap = idx->child_cap;
+    if (child_overfull(need, cap)) {
+        for (cap = cap ? cap : CHILD_MIN; child_overfull(need, cap); cap *= 2)
+            if (cap >= 1u << 31)
+                return -1;
+    } else {
+        while (child_sparse(idx->child_len, cap) && !child_overfull(need, cap / 2))
+            cap /= 2;
+    }
+    if (cap == idx->child_cap)
+        return 0;
+    if (idx->child_cap <= CHILD_INLINE_MAX && cap <= CHILD_INLINE_MAX)
+        return child_resize(idx, cap);
+    /* The caller holds write_mu, so nothing changes the old table while the
+     * lock is released; matches keep using it until the swap. */
+    pthread_rwlock_unlock(&idx->lock);
+    uint64_t *t = child_rehash(idx->child, idx->child_cap, cap);
+    kvr_tree_write_reacquire(idx);
+    if (!t)
+        return -1;
+    child_install(idx, t, cap);
     return 0;
 }
 
@@ -73,7 +119,7 @@ static int child_insert(kvr_index *idx, uint32_t id)
 {
     /* max load 4/5: tags make long probe runs cheap (no node access per
      * probe) */
-    if ((uint64_t)(idx->child_len + 1) * 5 > (uint64_t)idx->child_cap * 4 &&
+    if (child_overfull((uint64_t)idx->child_len + 1, idx->child_cap) &&
         child_resize(idx, idx->child_cap ? idx->child_cap * 2 : CHILD_MIN) < 0)
         return -1;
     const kvr_node *nd = &KVR_NODE(idx, id);
@@ -100,9 +146,10 @@ static void child_delete(kvr_index *idx, uint32_t id)
     }
     idx->child[hole] = 0;
     idx->child_len--;
+    /* a large table shrinks at the next kvr_tree_child_fit, outside the lock */
     if (idx->child_len == 0)
         child_resize(idx, 0);
-    else if (idx->child_cap > CHILD_MIN && idx->child_len * 8 < idx->child_cap)
+    else if (idx->child_cap <= CHILD_INLINE_MAX && child_sparse(idx->child_len, idx->child_cap))
         child_resize(idx, idx->child_cap / 2); /* on OOM keep the larger table */
 }
 

@@ -3,6 +3,7 @@
 #include "test_support.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -329,6 +330,97 @@ static void test_concurrent_match_sees_whole_events(void **state)
     kvr_index_destroy(x.idx);
 }
 
+/* Large child tables are rebuilt with the write lock released while
+ * matches go on (kvr_tree_child_fit): a reader matching an anchor chain
+ * throughout growth past the in-place limit and the shrink after a clear
+ * must always find it whole, and the bulk chains all or nothing. Under
+ * ASan a match reading a table freed under it fails here. */
+#define BULK_CHAINS 12000
+typedef struct {
+    kvr_index *idx;
+    atomic_bool stop;
+    atomic_long anchor_ok, anchor_bad, bulk_partial, matches;
+} rebuild_watch;
+
+static void bulk_chain(int c, uint64_t *loc, uint64_t *eng)
+{
+    for (int i = 0; i < CHAIN; i++) {
+        loc[i] = 1000000 + (uint64_t)c * CHAIN + (uint64_t)i;
+        eng[i] = 5000000 + (uint64_t)c * CHAIN + (uint64_t)i;
+    }
+}
+
+static void *rebuild_reader(void *arg)
+{
+    rebuild_watch *x = arg;
+    kvr_match_ctx *ctx = kvr_match_ctx_create();
+    uint64_t anchor[CHAIN], loc[CHAIN], eng[CHAIN];
+    chain_of(0, anchor, eng);
+    for (int c = 0; !atomic_load(&x->stop); c++) {
+        const kvr_match_entry *r;
+        size_t k = kvr_index_match(x->idx, ctx, anchor, CHAIN, &r);
+        if (k == 1 && r[0].worker_id == 1 && r[0].gpu_blocks == CHAIN)
+            atomic_fetch_add(&x->anchor_ok, 1);
+        else
+            atomic_fetch_add(&x->anchor_bad, 1);
+        bulk_chain(c % BULK_CHAINS, loc, eng);
+        k = kvr_index_match(x->idx, ctx, loc, CHAIN, &r);
+        if (k > 1 || (k == 1 && r[0].gpu_blocks != CHAIN))
+            atomic_fetch_add(&x->bulk_partial, 1);
+        atomic_fetch_add(&x->matches, 1);
+    }
+    kvr_match_ctx_destroy(ctx);
+    return NULL;
+}
+
+static void test_match_during_table_rebuilds(void **state)
+{
+    (void)state;
+    rebuild_watch x = {.idx = kvr_index_create()};
+    atomic_init(&x.stop, false);
+    atomic_init(&x.anchor_ok, 0);
+    atomic_init(&x.anchor_bad, 0);
+    atomic_init(&x.bulk_partial, 0);
+    atomic_init(&x.matches, 0);
+    kvr_owner a = kvr_index_owner(x.idx, 1, 0), bulk = kvr_index_owner(x.idx, 2, 0);
+    uint64_t loc[CHAIN], eng[CHAIN];
+    chain_of(0, loc, eng);
+    assert_int_equal(kvr_index_store(x.idx, a, KVR_TIER_GPU, false, 0, eng, loc, CHAIN),
+                     KVR_DROP_NONE);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, rebuild_reader, &x), 0);
+    kvr_index_stats st0, st1, st2;
+    kvr_index_stats_get(x.idx, &st0);
+    for (int c = 0; c < BULK_CHAINS; c++) {
+        bulk_chain(c, loc, eng);
+        assert_int_equal(kvr_index_store(x.idx, bulk, KVR_TIER_GPU, false, 0, eng, loc, CHAIN),
+                         KVR_DROP_NONE);
+    }
+    kvr_index_stats_get(x.idx, &st1);
+    kvr_index_clear_owner(x.idx, bulk);
+    /* the emptied table shrinks at the next events */
+    uint64_t one_eng = 42, one_loc = 43;
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(kvr_index_store(x.idx, bulk, KVR_TIER_GPU, false, 0, &one_eng, &one_loc, 1),
+                         KVR_DROP_NONE);
+        assert_int_equal(kvr_index_remove(x.idx, bulk, KVR_TIER_GPU, &one_eng, 1), 0);
+    }
+    kvr_index_stats_get(x.idx, &st2);
+    while (atomic_load(&x.matches) < 100)
+        sched_yield();
+    atomic_store(&x.stop, true);
+    pthread_join(th, NULL);
+    /* 192k nodes need a table of 2^18 slots: well past the in-place limit */
+    assert_int_equal(st1.nodes, (uint64_t)(BULK_CHAINS + 1) * CHAIN);
+    assert_true(st1.bytes > st0.bytes + ((uint64_t)1 << 18) * sizeof(uint64_t));
+    assert_true(st2.bytes < st0.bytes + ((uint64_t)1 << 16) * sizeof(uint64_t));
+    assert_int_equal(st2.nodes, CHAIN);
+    assert_int_equal(atomic_load(&x.anchor_bad), 0);
+    assert_int_equal(atomic_load(&x.bulk_partial), 0);
+    assert_true(atomic_load(&x.anchor_ok) >= 100);
+    kvr_index_destroy(x.idx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -337,6 +429,7 @@ int main(void)
         cmocka_unit_test(test_dump_round_trip),
         cmocka_unit_test(test_dump_chains),
         cmocka_unit_test(test_concurrent_match_sees_whole_events),
+        cmocka_unit_test(test_match_during_table_rebuilds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
