@@ -23,7 +23,7 @@ static uint64_t tokens_of(size_t blocks, uint32_t B, size_t prompt)
 
 void kvr_sim_diagnose_request(kvr_sim_diagnosis *d, kvr_sim_engine **eng, const bool *kimi,
                               size_t n_slots, const kvr_sim_request *req, uint32_t block_size,
-                              bool eagle, uint64_t chosen_reused)
+                              bool eagle, size_t chosen, uint64_t chosen_reused)
 {
     size_t vis_kimi = visible_blocks(req, block_size, eagle);
     uint64_t best = 0, visible = 0;
@@ -39,6 +39,12 @@ void kvr_sim_diagnose_request(kvr_sim_diagnosis *d, kvr_sim_engine **eng, const 
             visible = v;
     }
     d->requests++;
+    if (req->n_items) {
+        d->mm_requests++;
+        d->mm_prompt_tokens += req->n;
+        d->mm_reused_tokens += chosen_reused;
+        d->mm_on_kimi += kimi[chosen];
+    }
     d->best_tokens += best;
     d->visible_tokens += visible;
     if (chosen_reused < best) {
@@ -64,4 +70,10 @@ void kvr_sim_print_diagnosis(FILE *out, const char *policy, const kvr_sim_diagno
             policy, reused_tokens * p, d->best_tokens * p, d->visible_tokens * p,
             (unsigned long long)d->below_best, (unsigned long long)d->requests,
             d->best_shortfall * p, (unsigned long long)d->below_visible, d->visible_shortfall * p);
+    if (d->mm_requests)
+        fprintf(out,
+                "diagnose %s: %llu requests carry media (%.1f%% of prompt tokens), %llu of them "
+                "routed to Kimi engine_wide slots; their hit %.2f%%\n",
+                policy, (unsigned long long)d->mm_requests, d->mm_prompt_tokens * p,
+                (unsigned long long)d->mm_on_kimi, 100.0 * d->mm_reused_tokens / d->mm_prompt_tokens);
 }

@@ -21,7 +21,7 @@
  * chosen_reused is the chosen slot's reused tokens (capped at the prompt). */
 void kvr_sim_diagnose_request(kvr_sim_diagnosis *d, kvr_sim_engine **eng, const bool *kimi,
                               size_t n_slots, const kvr_sim_request *req, uint32_t block_size,
-                              bool eagle, uint64_t chosen_reused);
+                              bool eagle, size_t chosen, uint64_t chosen_reused);
 
 /* One line per diagnosed policy: "diagnose <policy>: ..." */
 void kvr_sim_print_diagnosis(FILE *out, const char *policy, const kvr_sim_diagnosis *d,

@@ -66,6 +66,7 @@ void kvr_sim_config_defaults(kvr_sim_config *c);
 typedef struct {
     uint64_t requests, best_tokens, visible_tokens;
     uint64_t below_best, best_shortfall, below_visible, visible_shortfall;
+    uint64_t mm_requests, mm_prompt_tokens, mm_reused_tokens, mm_on_kimi; /* requests with media */
 } kvr_sim_diagnosis;
 
 typedef struct {

@@ -234,6 +234,9 @@ static void test_diagnosis_best_and_visible(void **state)
         assert_int_equal(r.diag.visible_tokens, kimi ? 7 * 32 : 7 * 592);
         assert_int_equal(r.diag.below_visible, 3);
         assert_int_equal(r.diag.visible_shortfall, kimi ? 3 * 32 : 3 * 592);
+        assert_int_equal(r.diag.mm_requests, kimi ? 8 : 0);
+        assert_int_equal(r.diag.mm_on_kimi, kimi ? 8 : 0);
+        assert_int_equal(r.diag.mm_reused_tokens, kimi ? 4 * 592 : 0);
         kvr_sim_workload_free(&wl);
     }
     free(m.trace.reqs);
