@@ -30,6 +30,21 @@ typedef struct {
      * worker refreshes at once; a new rank with overlap is seen at once;
      * a new rank without overlap within this delay). 0 -> every request. */
     double rank_refresh_s;       /* default 1.0 */
+    /* Opt-in departures from SPEC §8's letter; false / 0 (and a zeroed
+     * struct) keep it exactly.
+     * unclamped_prefill drops the max(0, .) of the prefill term: with the
+     * clamp, every worker whose credit covers its load ties on that term
+     * and the decode term alone picks among them, so a longer overlap stops
+     * counting once any overlap covers the load.
+     * media_cut_weight: a candidate whose routing sequence stops at media it
+     * cannot be told (SPEC §5 text prefix) pays this much cost per whole
+     * block of the request past the cut (cost units: the decode term's;
+     * prefill_load_scale x k makes a cut block weigh k blocks of prefill).
+     * What the request leaves in that worker's cache past the cut is
+     * invisible to the router, so its follow-ups cannot be routed back
+     * there; a worker that can be told the identities keeps them visible. */
+    bool unclamped_prefill;      /* default false */
+    double media_cut_weight;     /* default 0 */
 } kvr_router_config;
 
 void kvr_router_config_default(kvr_router_config *cfg);

@@ -17,6 +17,8 @@ void kvr_router_config_default(kvr_router_config *cfg)
     cfg->booking_ttl_s = 600.0;
     cfg->rng_seed = 0;
     cfg->rank_refresh_s = 1.0;
+    cfg->unclamped_prefill = false;
+    cfg->media_cut_weight = 0.0;
 }
 
 int kvr_router_config_set(kvr_router_config *cfg, const char *key, double value)
@@ -31,6 +33,8 @@ int kvr_router_config_set(kvr_router_config *cfg, const char *key, double value)
         cfg->cpu_hit_weight = value;
     else if (strcmp(key, "disk_hit_weight") == 0)
         cfg->disk_hit_weight = value;
+    else if (strcmp(key, "media_cut_weight") == 0)
+        cfg->media_cut_weight = value;
     else if (strcmp(key, "temperature") == 0)
         cfg->temperature = value;
     else if (strcmp(key, "booking_ttl_s") == 0) {
@@ -39,6 +43,10 @@ int kvr_router_config_set(kvr_router_config *cfg, const char *key, double value)
         cfg->booking_ttl_s = value;
     } else if (strcmp(key, "rank_refresh_s") == 0) {
         cfg->rank_refresh_s = value;
+    } else if (strcmp(key, "unclamped_prefill") == 0) {
+        if (value != 0 && value != 1)
+            return -1;
+        cfg->unclamped_prefill = value == 1;
     } else if (strcmp(key, "rng_seed") == 0) {
         if (value != floor(value) || value > 18446744073709549568.0)
             return -1;

@@ -17,6 +17,8 @@ void kvr_route_decision_free(kvr_route_decision *d)
 
 typedef struct {
     double credit_scale, load_scale, cpu_w, disk_w, temperature;
+    bool unclamped;
+    double cut_w;
 } cost_params;
 
 static bool allowed(const kvr_route_request *req, const kvr_u64map *set, uint64_t worker_id)
@@ -75,14 +77,17 @@ static size_t filter_candidates(const kvr_route_request *req, kvr_query_result *
 }
 
 /* Fills credit and cost of a candidate whose overlaps and load are set. */
-static void cost_of(const cost_params *p, kvr_route_cost *c, uint64_t isl, uint32_t bs)
+static void cost_of(const cost_params *p, kvr_route_cost *c, uint64_t isl, uint32_t bs,
+                    uint64_t cut_blocks)
 {
     double cpu_extra = (double)c->cpu_blocks - (double)c->gpu_blocks;
     double disk_extra = (double)c->disk_blocks - (double)c->cpu_blocks;
     c->credit = p->credit_scale * c->gpu_blocks + p->cpu_w * cpu_extra + p->disk_w * disk_extra;
     double prefill = ((double)c->active_prefill_tokens + (double)isl) / bs - c->credit;
-    c->cost = p->load_scale * (prefill > 0 ? prefill : 0) + (double)c->active_decode_blocks +
-              (double)c->new_blocks;
+    c->cost = p->load_scale * (prefill > 0 || p->unclamped ? prefill : 0) +
+              (double)c->active_decode_blocks + (double)c->new_blocks;
+    if (cut_blocks && p->cut_w > 0)
+        c->cost += p->cut_w * (double)cut_blocks;
 }
 
 /* What the request would hold on a worker scored with profile pr: its
@@ -115,7 +120,9 @@ static void fill_cost(kvr_router *r, kvr_index *idx, const cost_params *p,
         held = route_load_held_prefix(l, pr->hashes, (uint32_t)pr->n_blocks);
     }
     c->new_blocks = (uint64_t)(pr->n_blocks - held) + unique;
-    cost_of(p, c, isl, bs);
+    uint64_t whole = isl / bs;
+    uint64_t cut = pr->kind == KVR_SEQ_TEXT_PREFIX && whole > pr->n_blocks ? whole - pr->n_blocks : 0;
+    cost_of(p, c, isl, bs, cut);
 }
 
 static bool same_cost(double a, double b)
@@ -174,7 +181,8 @@ static size_t pick_argmin(kvr_router *r, kvr_route_cost *c, size_t n, size_t *ti
 static cost_params params_of(const kvr_router *r, const kvr_route_request *req)
 {
     cost_params p = {r->cfg.overlap_score_credit, r->cfg.prefill_load_scale, r->cfg.cpu_hit_weight,
-                     r->cfg.disk_hit_weight, r->cfg.temperature};
+                     r->cfg.disk_hit_weight, r->cfg.temperature,
+                     r->cfg.unclamped_prefill, r->cfg.media_cut_weight};
     if (req->has_overlap_score_credit)
         p.credit_scale = req->overlap_score_credit;
     if (req->has_prefill_load_scale)
