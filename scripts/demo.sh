@@ -27,15 +27,21 @@ log="$outdir/demo-serve.log"
 # The simulated fleet times prefill only (TTFT = queueing + uncached prefill)
 # and bounds no decode memory, so the cost's decode-block term buys nothing
 # there, and its HiCache host hits are reused as fully as GPU hits. The demo
-# weighs prefill and cache credit to match (measured best of a sweep over
-# prefill_load_scale 1..128 x overlap_score_credit 1..16: ~19.7% hit vs
-# ~13.5% with the defaults, TTFT p50 ~345 vs ~505 ms). A real fleet whose
-# decode memory matters keeps the defaults: DEMO_COST=defaults shows them.
+# weighs prefill and cache credit to match, with two opt-in router options
+# (kvrouter serve --router-opt; SPEC §8's defaults leave both off):
+# unclamped_prefill, so a longer overlap keeps lowering the cost once its
+# credit covers the load (with the clamp every such worker ties and decode
+# blocks decide), and media_cut_weight, a cost per request block past a
+# SPEC §5 media cut, steering image conversations to workers that accept
+# image identities, where their follow-ups stay visible to the router.
+# Measured with `kvrouter sim --seed S` (S = 1, 2, 4, 5): mean hit 19.90%
+# with the previous scale 64 x credit 8 clamped, 21.15% (20.97-21.23%) with
+# these, approx_tree 20.92%. DEMO_COST=defaults shows SPEC §8's defaults.
 case "${DEMO_COST:-sim}" in
 sim)
-    cost_sim_args="--route-opt prefill_load_scale=64 --route-opt overlap_score_credit=8"
-    cost_serve_args="--router-opt cpu_hit_weight=8"
-    cost_note="prefill_load_scale=64 overlap_score_credit=8 cpu_hit_weight=8 (DEMO_COST=sim)" ;;
+    cost_sim_args="--route-opt prefill_load_scale=64 --route-opt overlap_score_credit=24"
+    cost_serve_args="--router-opt cpu_hit_weight=24 --router-opt unclamped_prefill=1 --router-opt media_cut_weight=64"
+    cost_note="prefill_load_scale=64 overlap_score_credit=24 cpu_hit_weight=24 unclamped_prefill=1 media_cut_weight=64 (DEMO_COST=sim)" ;;
 defaults)
     cost_sim_args=""
     cost_serve_args=""
