@@ -331,19 +331,34 @@ int kvr_bench_replay_coalesced(const kvr_bench_stream *s, uint32_t coalesce, kvr
     r->match_p50_us = percentile(lat, r->matches, 0.50) * 1e6;
     r->match_p99_us = percentile(lat, r->matches, 0.99) * 1e6;
     r->match_max_us = r->matches ? lat[r->matches - 1] * 1e6 : 0;
+    /* The first pass is the figure; two more keep each request's fastest
+     * time, which separates the index's own latency from the machine
+     * stopping the thread mid-call (timer ticks, other processes). */
+    double *fastest = malloc((r->matches ? r->matches : 1) * sizeof *fastest);
     size_t ns = 0;
-    for (size_t i = 0; i < s->n; i++) {
-        const kvr_bench_op *op = &s->ops[i];
-        if (op->kind != KVR_BOP_MATCH)
-            continue;
-        const kvr_match_entry *res;
-        uint32_t n = op->n < KVR_BENCH_SHORT ? op->n : KVR_BENCH_SHORT;
-        double a = kvr_sim_seconds(CLOCK_MONOTONIC);
-        kvr_index_match(idx, ctx, s->pool + op->off, n, &res);
-        lat[ns++] = kvr_sim_seconds(CLOCK_MONOTONIC) - a;
+    for (int pass = 0; pass < (fastest ? KVR_BENCH_SHORT_PASSES : 1); pass++) {
+        ns = 0;
+        for (size_t i = 0; i < s->n; i++) {
+            const kvr_bench_op *op = &s->ops[i];
+            if (op->kind != KVR_BOP_MATCH)
+                continue;
+            const kvr_match_entry *res;
+            uint32_t n = op->n < KVR_BENCH_SHORT ? op->n : KVR_BENCH_SHORT;
+            double a = kvr_sim_seconds(CLOCK_MONOTONIC);
+            kvr_index_match(idx, ctx, s->pool + op->off, n, &res);
+            double dt = kvr_sim_seconds(CLOCK_MONOTONIC) - a;
+            if (pass == 0)
+                lat[ns] = dt;
+            if (fastest && (pass == 0 || dt < fastest[ns]))
+                fastest[ns] = dt;
+            ns++;
+        }
     }
     r->short_p50_us = percentile(lat, ns, 0.50) * 1e6;
     r->short_p99_us = percentile(lat, ns, 0.99) * 1e6;
+    r->short_fastest_p50_us = fastest ? percentile(fastest, ns, 0.50) * 1e6 : 0;
+    r->short_fastest_p99_us = fastest ? percentile(fastest, ns, 0.99) * 1e6 : 0;
+    free(fastest);
     /* memory must return to the baseline once every owner is gone */
     for (size_t i = 0; i < s->n; i++)
         if (owners[i] != KVR_OWNER_NONE)

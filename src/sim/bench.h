@@ -41,6 +41,7 @@ typedef struct {
 } kvr_bench_stream;
 
 #define KVR_BENCH_SHORT 128
+#define KVR_BENCH_SHORT_PASSES 3
 
 /* How many blocks one event carries. SGLang publishes one BlockStored per
  * page (parent = the previous page) and one BlockRemoved per evicted page;
@@ -77,6 +78,8 @@ typedef struct {
     /* the same requests cut to their first KVR_BENCH_SHORT blocks, matched
      * against the final index after the replay */
     double short_p50_us, short_p99_us;
+    /* each request's fastest of KVR_BENCH_SHORT_PASSES passes (0 on OOM) */
+    double short_fastest_p50_us, short_fastest_p99_us;
     uint64_t checksum; /* sum of gpu_blocks over all match entries, mod 2^64 */
     kvr_index_stats stats;
     uint64_t bytes_baseline;    /* index bytes with the owners created, before any event */
