@@ -179,6 +179,32 @@ static void test_external_only_owner_left_out(void **state)
     assert_int_equal(result(f->idx, f->ctx, f->a, 0, 3), -1);
 }
 
+/* The walk tries node id x + 1 as the child of node x before the child
+ * table: a freed node keeping its old parent and hash, a live node x + 1
+ * under another parent, and a chain whose ids are not consecutive must all
+ * give the same result as the table. */
+static void test_walk_next_id_guess(void **state)
+{
+    fx *f = *state;
+    /* a: locals 1,2,3 as ids 1,2,3; then 2 and 3 evicted (ids freed, stale) */
+    store(f->idx, f->a, G, false, 0, 100, 0, 3);
+    uint64_t ev[] = {103, 102};
+    assert_int_equal(kvr_index_remove(f->idx, f->a, G, ev, 2), 0);
+    assert_int_equal(result(f->idx, f->ctx, f->a, 0, 3), 10101);
+    /* b: locals 7,8 under the root take ids 2,3: id 2 is live, parent root */
+    store(f->idx, f->b, G, false, 0, 200, 6, 2);
+    uint64_t l17[] = {1, 7};
+    const kvr_match_entry *r;
+    size_t k = kvr_index_match(f->idx, f->ctx, l17, 2, &r);
+    assert_int_equal(k, 1);
+    assert_int_equal(r[0].owner, f->a);
+    assert_int_equal(r[0].gpu_blocks, 1);
+    /* a's 2,3 again: ids 4,5, not next to id 1 */
+    store(f->idx, f->a, G, true, 101, 101, 1, 2);
+    assert_int_equal(result(f->idx, f->ctx, f->a, 0, 3), 30303);
+    assert_int_equal(result(f->idx, f->ctx, f->b, 6, 2), 20202);
+}
+
 static void test_owner_and_rank_isolation(void **state)
 {
     fx *f = *state;
@@ -420,6 +446,7 @@ int main(void)
         T(test_unknown_removal_counted),
         T(test_tier_reach),
         T(test_external_only_owner_left_out),
+        T(test_walk_next_id_guess),
         T(test_owner_and_rank_isolation),
         T(test_gap_stops_prefix),
         T(test_subtree_reclaim_and_memory_baseline),
