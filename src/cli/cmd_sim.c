@@ -46,6 +46,9 @@ static void usage(void)
         "  --seed S             seed for random and multimodal choices (default 1)\n"
         "  --svg FILE           write a bar chart (hit rate, TTFT p99 per policy)\n"
         "  --json               print one JSON object as the last line\n"
+        "  --diagnose           per policy, the best prefix any engine held at each routing\n"
+        "                       moment, the best a SPEC §5 router can see, and what the\n"
+        "                       choices lost against both\n"
         "  --quiet              no progress on stderr\n");
 }
 
@@ -131,6 +134,8 @@ int kvr_cmd_sim(int argc, char **argv)
             json = true;
         } else if (!strcmp(a, "--eagle")) {
             cfg.eagle = true;
+        } else if (!strcmp(a, "--diagnose")) {
+            cfg.diagnose = true;
         } else if (!strcmp(a, "--quiet")) {
             cfg.log = NULL;
         } else if (!strcmp(a, "--trace")) {

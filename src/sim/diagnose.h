@@ -1,7 +1,7 @@
 /* Routing diagnostic (not a policy): at each routing moment, what the fleet's
  * actual caches could have given the request, to split a policy's hit-rate
  * gap into capacity (nothing cached anywhere) and choice (cached elsewhere).
- * Enabled by kvr_sim_config.diagnose (env KVR_SIM_DIAGNOSE=1). */
+ * Enabled by kvr_sim_config.diagnose (`kvrouter sim --diagnose`). */
 #ifndef KVR_SIM_DIAGNOSE_H
 #define KVR_SIM_DIAGNOSE_H
 

@@ -46,10 +46,6 @@ void kvr_sim_config_defaults(kvr_sim_config *c)
     c->model_name = "sim-model";
     c->sync_every = 1;
     c->sync_timeout_ms = 5000;
-    /* An environment switch so any front end (the CLI, tests, demo.sh)
-     * gets the diagnostic without a new option. */
-    const char *d = getenv("KVR_SIM_DIAGNOSE");
-    c->diagnose = d && d[0] && strcmp(d, "0") != 0;
 }
 
 bool kvr_sim_engine_is_kimi(const kvr_sim_config *c, size_t engine)

@@ -57,7 +57,7 @@ typedef struct {
     const char *route_extra; /* extra JSON members for every /route body, e.g. "\"overlap_score_credit\":2" */
     FILE *log;              /* progress lines, or NULL */
     uint32_t *choices;      /* optional: the slot chosen for each request (tests) */
-    bool diagnose;          /* sim/diagnose.h; default from env KVR_SIM_DIAGNOSE=1 */
+    bool diagnose;          /* sim/diagnose.h; `kvrouter sim --diagnose` */
 } kvr_sim_config;
 
 void kvr_sim_config_defaults(kvr_sim_config *c);

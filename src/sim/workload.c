@@ -27,17 +27,24 @@ int kvr_sim_workload_init(kvr_sim_workload *w, const kvr_trace *t, double mm_sha
     int rc = 0;
     for (size_t i = 0; i < t->n && rc == 0; i++) {
         const kvr_trace_request *r = &t->reqs[i];
-        /* The image goes in the first block this request adds to the trace:
-         * a full block unless the new content is only the (partial) last
-         * one, so later turns of the conversation carry it in their shared
-         * prefix. */
-        uint32_t j = 0;
-        while (j < r->n_hash_ids && kvr_u64map_find(&seen, r->hash_ids[j]))
-            j++;
-        for (uint32_t k = j; k < r->n_hash_ids; k++)
+        /* The image goes in the last full block this request adds to the
+         * trace: the user's newest message (a conversation's first request
+         * also adds the system prompt every conversation shares, where a
+         * user's image never is). Being full, the block is in the shared
+         * prefix of the conversation's later turns. */
+        uint32_t first_new = 0;
+        while (first_new < r->n_hash_ids && kvr_u64map_find(&seen, r->hash_ids[first_new]))
+            first_new++;
+        for (uint32_t k = first_new; k < r->n_hash_ids; k++)
             if (kvr_u64map_put(&seen, r->hash_ids[k], 1) < 0)
                 rc = -1;
-        if (j == r->n_hash_ids || unit(r->hash_ids[j] ^ salt) >= mm_share)
+        uint32_t full = (uint32_t)(kvr_trace_tokens(r, NULL, 0) / KVR_TRACE_BLOCK_TOKENS);
+        if (full > r->n_hash_ids)
+            full = r->n_hash_ids;
+        if (full <= first_new)
+            continue;
+        uint32_t j = full - 1;
+        if (unit(r->hash_ids[j] ^ salt) >= mm_share)
             continue;
         uint64_t mm = kvr_mix64(r->hash_ids[j] + salt) & INT64_MAX;
         if (kvr_u64map_put(&w->image_ids, r->hash_ids[j], mm ? mm : 1) < 0)

@@ -1,7 +1,8 @@
 /* The simulator's requests: a Mooncake trace expanded to tokens, with a
  * configurable share of multimodal requests (SPEC §5). An image belongs to a
- * trace hash id: the first block a request adds to the trace, for a share
- * mm_share of the requests that add any. Every later turn that shares that id
+ * trace hash id: the last full block a request adds to the trace (its newest
+ * message), for a share mm_share of the requests that add one. Every later
+ * turn that shares that id
  * carries the same image at the same place, so images sit inside reused
  * conversation prefixes, where they matter to routing. One request has three token forms:
  *   route:  what a gateway sends the router: text + a placeholder token at

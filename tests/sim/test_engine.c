@@ -470,11 +470,11 @@ static void test_workload_multimodal_forms(void **state)
     kvr_sim_request r = {0};
     assert_int_equal(kvr_sim_workload_build(&wl, 0, &r), 0);
     assert_int_equal(r.n, 1200);
-    /* The first block the request adds carries the image. */
+    /* The last full block the request adds (id 6) carries the image. */
     assert_int_equal(r.n_items, 1);
     kvr_sim_mm_item first = r.items[0];
-    assert_int_equal(first.start, KVR_SIM_IMAGE_OFFSET);
-    assert_int_equal(first.end, KVR_SIM_IMAGE_OFFSET + KVR_SIM_IMAGE_TOKENS);
+    assert_int_equal(first.start, 512 + KVR_SIM_IMAGE_OFFSET);
+    assert_int_equal(first.end, 512 + KVR_SIM_IMAGE_OFFSET + KVR_SIM_IMAGE_TOKENS);
     assert_true(first.mm_hash <= (uint64_t)INT64_MAX);
     for (size_t p = 0; p < r.n; p++) {
         bool img = p >= first.start && p < first.end;
@@ -491,16 +491,13 @@ static void test_workload_multimodal_forms(void **state)
     }
     uint64_t legacy0[1200];
     memcpy(legacy0, r.legacy, sizeof legacy0);
-    /* The next turn shares the image in its prefix (same tokens) and adds
-     * its own in id 9's block, clipped at the prompt end. */
+    /* The next turn shares the image in its prefix (same tokens); the only
+     * block it adds (id 9) is partial, so it brings no image of its own. */
     assert_int_equal(kvr_sim_workload_build(&wl, 1, &r), 0);
     assert_int_equal(r.n, 1570);
-    assert_int_equal(r.n_items, 2);
+    assert_int_equal(r.n_items, 1);
     assert_true(r.items[0].start == first.start && r.items[0].mm_hash == first.mm_hash);
     assert_memory_equal(r.legacy, legacy0, sizeof legacy0);
-    assert_int_equal(r.items[1].start, 3 * 512 + KVR_SIM_IMAGE_OFFSET);
-    assert_int_equal(r.items[1].end, 1570);
-    assert_true(r.items[1].mm_hash != first.mm_hash);
     kvr_sim_request_free(&r);
     kvr_sim_workload_free(&wl);
     /* mm_share 0: text only. */

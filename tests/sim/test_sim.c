@@ -242,6 +242,41 @@ static void test_diagnosis_best_and_visible(void **state)
     free(m.trace.reqs);
 }
 
+/* A request's image goes in the last full block it adds: never in the
+ * system prompt a conversation's first request also adds, never in a
+ * partial last block (no later turn shares it), and later turns carry it. */
+static void test_image_in_newest_full_block(void **state)
+{
+    (void)state;
+    uint64_t a[] = {1, 11, 12}, b[] = {1, 21, 22}, c[] = {1, 11, 12, 13}, d[] = {1, 11, 12, 13, 14};
+    kvr_trace_request reqs[] = {
+        {0, 3 * 512, 10, 3, a},       /* system prompt 1 + 2 full blocks */
+        {0, 2 * 512 + 300, 10, 3, b}, /* last block partial */
+        {0, 4 * 512, 10, 4, c},       /* a's next turn */
+        {0, 4 * 512 + 100, 10, 5, d}, /* only a partial block is new */
+    };
+    kvr_trace t = {reqs, 4};
+    kvr_sim_workload wl;
+    assert_int_equal(kvr_sim_workload_init(&wl, &t, 1.0, 1), 0);
+    kvr_sim_request r = {0};
+    size_t want_items[] = {1, 1, 2, 2};
+    uint32_t want_start[4][2] = {{2 * 512 + KVR_SIM_IMAGE_OFFSET},
+                                 {1 * 512 + KVR_SIM_IMAGE_OFFSET},
+                                 {2 * 512 + KVR_SIM_IMAGE_OFFSET, 3 * 512 + KVR_SIM_IMAGE_OFFSET},
+                                 {2 * 512 + KVR_SIM_IMAGE_OFFSET, 3 * 512 + KVR_SIM_IMAGE_OFFSET}};
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(kvr_sim_workload_build(&wl, i, &r), 0);
+        assert_int_equal(r.n_items, want_items[i]);
+        for (size_t k = 0; k < r.n_items; k++) {
+            assert_int_equal(r.items[k].start, want_start[i][k]);
+            assert_int_equal(r.items[k].end, r.items[k].start + KVR_SIM_IMAGE_TOKENS);
+            assert_int_equal(r.route[r.items[k].start], KVR_SIM_IMAGE_PLACEHOLDER);
+        }
+    }
+    kvr_sim_request_free(&r);
+    kvr_sim_workload_free(&wl);
+}
+
 static void test_kimi_share_spreads(void **state)
 {
     (void)state;
@@ -269,6 +304,7 @@ int main(void)
         cmocka_unit_test(test_oracle_bounds_baselines),
         cmocka_unit_test(test_kimi_share_spreads),
         cmocka_unit_test(test_diagnosis_best_and_visible),
+        cmocka_unit_test(test_image_in_newest_full_block),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
