@@ -9,7 +9,9 @@
 # the same requests on fresh engines; see `kvrouter sim --help`.
 #
 # Environment: KVROUTER (binary, default build/kvrouter), DEMO_LIMIT
-# (requests, default 1500), DEMO_PORT (default 8090), DEMO_ARGS (extra sim
+# (requests, default 1500), DEMO_PORT (default 8090), DEMO_HICACHE (host
+# tier blocks per engine, default 32768 = 2x GPU, SGLang's default ratio;
+# 131072 holds the slice's working set), DEMO_ARGS (extra sim
 # options, e.g. "--route-opt prefill_load_scale=16"), DEMO_SERVE_ARGS (extra
 # serve options, e.g. "--router-opt cpu_hit_weight=1"), DEMO_COST ("sim", the
 # default, or "defaults": the router's documented cost defaults, SPEC §8).
@@ -20,6 +22,7 @@ bin="${KVROUTER:-$root/${BUILD:-build}/kvrouter}"
 trace="$root/data/conversation_trace.jsonl"
 limit="${DEMO_LIMIT:-1500}"
 port="${DEMO_PORT:-8090}"
+hicache="${DEMO_HICACHE:-32768}"
 outdir="$(dirname "$bin")"
 svg="$outdir/demo.svg"
 log="$outdir/demo-serve.log"
@@ -103,7 +106,7 @@ router:   $url   (pid $serve_pid, log $log)
 while it runs:
   curl -s $url/workers | head -c 2000     # workers, listener state, last seq, exclusion counters
   curl -s $url/metrics | grep kvr_        # Prometheus metrics
-fleet:    8 engines (4 legacy, 4 Kimi engine_wide), GPU 16384 blocks + HiCache 32768 host blocks each,
+fleet:    8 engines (4 legacy, 4 Kimi engine_wide), GPU 16384 blocks + HiCache $hicache host blocks each,
           block size 16, 20% of requests introduce an image
 workload: first $limit requests of data/conversation_trace.jsonl (Mooncake FAST'25)
 policies: kvrouter (this router) vs round_robin, random, least_loaded, approx_tree (SGLang), oracle
@@ -112,7 +115,7 @@ EOF
 
 # shellcheck disable=SC2086
 "$bin" sim --router "$url" --trace "$trace" --limit "$limit" --engines 8 \
-    --capacity 16384 --hicache 32768 --kimi-share 0.5 --mm-share 0.2 \
+    --capacity 16384 --hicache "$hicache" --kimi-share 0.5 --mm-share 0.2 \
     --policies kvrouter,round_robin,random,least_loaded,approx_tree,oracle \
     --svg "$svg" $cost_sim_args ${DEMO_ARGS:-}
 
