@@ -127,19 +127,12 @@ void kvr_tree_write_reacquire(kvr_index *idx)
             sched_yield();
     }
     pthread_rwlock_wrlock(&idx->lock);
+    idx->write_epoch++;
 }
 
-static void write_lock(kvr_index *idx)
-{
-    pthread_mutex_lock(&idx->write_mu);
-    kvr_tree_write_reacquire(idx);
-}
+static void write_lock(kvr_index *idx) { kvr_tree_write_reacquire(idx); }
 
-static void write_unlock(kvr_index *idx)
-{
-    pthread_rwlock_unlock(&idx->lock);
-    pthread_mutex_unlock(&idx->write_mu);
-}
+static void write_unlock(kvr_index *idx) { pthread_rwlock_unlock(&idx->lock); }
 
 void kvr_index_write_begin(kvr_index *idx) { write_lock(idx); }
 
@@ -182,7 +175,6 @@ kvr_index *kvr_index_create(void)
     /* matches must not starve event ingestion, and vice versa each call is short */
     pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
     pthread_rwlock_init(&idx->lock, &attr);
-    pthread_mutex_init(&idx->write_mu, NULL);
     atomic_init(&idx->readers_waiting, 0);
     pthread_rwlockattr_destroy(&attr);
     kvr_ids_init(&idx->node_ids);
@@ -218,7 +210,6 @@ void kvr_index_destroy(kvr_index *idx)
     kvr_u64map_free(&idx->by_worker);
     kvr_u64map_free(&idx->exc);
     pthread_rwlock_destroy(&idx->lock);
-    pthread_mutex_destroy(&idx->write_mu);
     free(idx);
 }
 

@@ -57,11 +57,10 @@ typedef struct {
 
 struct kvr_index {
     pthread_rwlock_t lock;
-    /* Held by a writer for as long as it holds `lock` for writing, and
-     * across the moments it lets go of `lock` to rebuild a large table while
-     * matches read the old one (kvr_tree_child_fit): writers stay one at a
-     * time even then. Readers never take it. */
-    pthread_mutex_t write_mu;
+    /* Bumped each time a writer takes `lock`: a writer that traded its
+     * write lock for a read lock to rebuild a large table while matches go
+     * on (kvr_tree_child_fit) learns whether another writer came between. */
+    uint64_t write_epoch;
     /* Matches blocked behind a writer. The lock prefers writers, so an
      * ingestion thread applying events back to back could otherwise starve
      * matches; a writer lets waiting readers in before its next event or
@@ -151,16 +150,16 @@ static inline uint64_t kvr_tree_handle(const struct kvr_index *idx, uint32_t own
     return KVR_NODE(idx, node).engine;
 }
 
-/* tree.c: takes `lock` for writing again after a writer holding write_mu
- * let go of it. */
+/* tree.c: takes `lock` for writing (letting queued matches in first). */
 void kvr_tree_write_reacquire(struct kvr_index *idx);
 
 /* tree_nodes.c: node chunks and the child table. */
 /* Called by a writer before an event changes anything: sizes the child
  * table for `more` new nodes (or shrinks it after removals). A large table
- * is rebuilt with the write lock released: rehashing millions of slots
- * takes ~100 ms, and matches keep reading the unchanged old table
- * meanwhile. -1 on OOM (the old table stays; inserts then grow it inline). */
+ * is rebuilt under a read lock instead of the write lock: rehashing
+ * millions of slots takes ~100 ms, and matches keep reading the unchanged
+ * old table meanwhile. -1 on OOM (the old table stays; inserts then grow
+ * it inline). */
 int kvr_tree_child_fit(struct kvr_index *idx, uint32_t more);
 /* Makes the chunks follow the id allocator's top (after kvr_ids_get/put). */
 int kvr_tree_sync_nodes(struct kvr_index *idx);

@@ -104,11 +104,20 @@ int kvr_tree_child_fit(kvr_index *idx, uint32_t more)
         return 0;
     if (idx->child_cap <= CHILD_INLINE_MAX && cap <= CHILD_INLINE_MAX)
         return child_resize(idx, cap);
-    /* The caller holds write_mu, so nothing changes the old table while the
-     * lock is released; matches keep using it until the swap. */
+    /* Nothing of this event is applied yet. A read lock keeps writers off
+     * the old table while matches keep using it; if another writer got the
+     * lock in the handover, the copy may be stale: drop it (inserts grow
+     * the table inline if they must; the next event tries again). */
+    uint64_t epoch = idx->write_epoch;
     pthread_rwlock_unlock(&idx->lock);
+    pthread_rwlock_rdlock(&idx->lock);
     uint64_t *t = child_rehash(idx->child, idx->child_cap, cap);
+    pthread_rwlock_unlock(&idx->lock);
     kvr_tree_write_reacquire(idx);
+    if (idx->write_epoch != epoch + 1) {
+        free(t);
+        return 0;
+    }
     if (!t)
         return -1;
     child_install(idx, t, cap);
