@@ -8,8 +8,8 @@
  * only if that counter equals i. When a node's interned owner set is the
  * same as the previous node's, exactly the counters that advanced there
  * advance again: such runs are counted and applied in one pass when the set
- * changes, so a long prefix shared by many workers costs one hash probe per
- * block, not one step per (block, owner). */
+ * changes, so a long prefix shared by many workers costs one child lookup
+ * per block, not one step per (block, owner). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
