@@ -1,15 +1,15 @@
 #!/bin/sh
-# /route throughput and latency: kvrouter serve with 64 workers whose caches
+# /route throughput and latency: kvrouter serve with 64 workers (or [workers]) whose caches
 # come from a peer /dump, wrk on loopback with 2,000-token prompts.
 # Also prints the server's CPU time per request (utime + stime from /proc),
 # steadier than req/s when the machine is shared.
-# usage: tests/route/perf/route_bench.sh BUILD_DIR [seconds] [connections]
+# usage: tests/route/perf/route_bench.sh BUILD_DIR [seconds] [connections] [workers]
 set -eu
-BUILD=${1:?build dir}; SECS=${2:-10}; CONN=${3:-16}
+BUILD=${1:?build dir}; SECS=${2:-10}; CONN=${3:-16}; NWORKERS=${4:-64}
 HERE=$(cd "$(dirname "$0")" && pwd)
 DIR=$(mktemp -d)
 export ROUTE_BENCH_DIR=$DIR
-WORKERS=$(python3 "$HERE/gen_route_bench.py" "$BUILD/kvrouter" "$DIR")
+WORKERS=$(python3 "$HERE/gen_route_bench.py" "$BUILD/kvrouter" "$DIR" --workers "$NWORKERS")
 (cd "$DIR" && exec python3 -m http.server 18191 --bind 127.0.0.1 >/dev/null 2>&1) &
 PEER=$!
 for i in $(seq 50); do curl -sf http://127.0.0.1:18191/dump >/dev/null && break; sleep 0.1; done
