@@ -167,9 +167,11 @@ bool kvr_index_write_yield(kvr_index *idx, uint64_t *slice_start_ns)
 
 kvr_index *kvr_index_create(void)
 {
+    static atomic_uint_fast64_t next_uid = 1;
     kvr_index *idx = calloc(1, sizeof *idx);
     if (!idx)
         return NULL;
+    idx->uid = atomic_fetch_add(&next_uid, 1);
     pthread_rwlockattr_t attr;
     pthread_rwlockattr_init(&attr);
     /* matches must not starve event ingestion, and vice versa each call is short */

@@ -32,6 +32,12 @@ struct kvr_match_ctx {
     size_t out_cap;
     uint32_t *explicit_at; /* positions in the first set of the owners given counters */
     size_t explicit_cap;
+    /* out[0..tpl_len) already holds owner, worker and rank of every entry
+     * of this first set (index uid, set content hash and length): with a
+     * fleet-wide first block, consecutive matches start from the same set
+     * and only the counters need writing. */
+    uint64_t tpl_index, tpl_hash;
+    uint32_t tpl_len;
     kvr_match_ctx_stats stats;
 };
 
@@ -314,12 +320,28 @@ size_t kvr_index_match(kvr_index *idx, kvr_match_ctx *ctx, const uint64_t *local
     const kvr_owner_key *keys = idx->owner_keys;
     kvr_match_entry *res = ctx->out;
     uint32_t unreached = 0;
-    for (uint32_t k = 0; k < fs->len; k++) {
-        uint32_t t = fe[k], owner = kvr_oset_owner(t);
-        uint32_t d = (t & (T_G | T_C | T_D)) ? L : 0;
-        res[k] = (kvr_match_entry){owner, keys[owner].worker_id, keys[owner].dp_rank,
-                                   (t & T_G) ? L : 0, (t & (T_G | T_C)) ? L : 0, d};
-        unreached += d == 0;
+    bool same_owners = ctx->tpl_index == idx->uid && ctx->tpl_hash == fs->hash &&
+                       ctx->tpl_len == fs->len && res[0].owner == kvr_oset_owner(fe[0]) &&
+                       res[fs->len - 1].owner == kvr_oset_owner(fe[fs->len - 1]);
+    if (same_owners) {
+        for (uint32_t k = 0; k < fs->len; k++) {
+            uint32_t t = fe[k], d = (t & (T_G | T_C | T_D)) ? L : 0;
+            res[k].gpu_blocks = (t & T_G) ? L : 0;
+            res[k].cpu_blocks = (t & (T_G | T_C)) ? L : 0;
+            res[k].disk_blocks = d;
+            unreached += d == 0;
+        }
+    } else {
+        for (uint32_t k = 0; k < fs->len; k++) {
+            uint32_t t = fe[k], owner = kvr_oset_owner(t);
+            uint32_t d = (t & (T_G | T_C | T_D)) ? L : 0;
+            res[k] = (kvr_match_entry){owner, keys[owner].worker_id, keys[owner].dp_rank,
+                                       (t & T_G) ? L : 0, (t & (T_G | T_C)) ? L : 0, d};
+            unreached += d == 0;
+        }
+        ctx->tpl_index = idx->uid;
+        ctx->tpl_hash = fs->hash;
+        ctx->tpl_len = fs->len;
     }
     for (uint32_t x = 0; x < n_explicit; x++) {
         kvr_match_entry *r = &res[ctx->explicit_at[x]];
@@ -332,6 +354,7 @@ size_t kvr_index_match(kvr_index *idx, kvr_match_ctx *ctx, const uint64_t *local
     /* Owners holding the first block on no tier that counts (external
      * only) are not part of the result. */
     if (unreached) {
+        ctx->tpl_len = 0; /* entries move: the next match writes them whole */
         found = 0;
         for (uint32_t k = 0; k < fs->len; k++)
             if (res[k].disk_blocks)

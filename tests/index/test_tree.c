@@ -205,6 +205,54 @@ static void test_walk_next_id_guess(void **state)
     assert_int_equal(result(f->idx, f->ctx, f->b, 6, 2), 20202);
 }
 
+/* A match ctx keeps the owner/worker/rank part of its last result when the
+ * next match starts from the same first-block owners: it must not carry
+ * it over to another index with the same shape, nor past a change of the
+ * first block's owners, nor past a result that dropped an owner. */
+static void test_reused_result_follows_index_and_owners(void **state)
+{
+    fx *f = *state;
+    kvr_index *other = kvr_index_create();
+    kvr_owner x = kvr_index_owner(other, 70, 3), y = kvr_index_owner(other, 80, 4);
+    store(f->idx, f->a, G, false, 0, 100, 0, 2);
+    store(f->idx, f->b, G, false, 0, 200, 0, 1);
+    store(other, x, G, false, 0, 100, 0, 2);
+    store(other, y, G, false, 0, 200, 0, 1);
+    uint64_t l[] = {1, 2};
+    const kvr_match_entry *r;
+    for (int round = 0; round < 2; round++) {
+        assert_int_equal(kvr_index_match(f->idx, f->ctx, l, 2, &r), 2);
+        assert_int_equal(r[0].worker_id, 7);
+        assert_int_equal(r[0].gpu_blocks, 2);
+        assert_int_equal(r[1].worker_id, 8);
+        assert_int_equal(r[1].gpu_blocks, 1);
+        assert_int_equal(kvr_index_match(other, f->ctx, l, 2, &r), 2);
+        assert_int_equal(r[0].worker_id, 70);
+        assert_int_equal(r[0].dp_rank, 3);
+        assert_int_equal(r[1].worker_id, 80);
+        assert_int_equal(r[1].dp_rank, 4);
+    }
+    /* a third owner joins the first block: three entries, in owner order */
+    kvr_owner c = kvr_index_owner(f->idx, 9, 5);
+    store(f->idx, c, C, false, 0, 300, 0, 1);
+    assert_int_equal(kvr_index_match(f->idx, f->ctx, l, 2, &r), 3);
+    assert_int_equal(r[2].worker_id, 9);
+    assert_int_equal(r[2].dp_rank, 5);
+    assert_int_equal(r[2].cpu_blocks, 1);
+    /* b's gpu copy goes and an external-only copy stays: b is left out, then back */
+    uint64_t h = 401; /* the external store named the block anew */
+    store(f->idx, f->b, KVR_TIER_EXTERNAL, false, 0, 400, 0, 1);
+    assert_int_equal(kvr_index_remove(f->idx, f->b, G, &h, 1), 0);
+    assert_int_equal(kvr_index_match(f->idx, f->ctx, l, 2, &r), 2);
+    assert_int_equal(r[0].worker_id, 7);
+    assert_int_equal(r[1].worker_id, 9);
+    store(f->idx, f->b, G, false, 0, 200, 0, 1);
+    assert_int_equal(kvr_index_match(f->idx, f->ctx, l, 2, &r), 3);
+    assert_int_equal(r[1].worker_id, 8);
+    assert_int_equal(r[1].gpu_blocks, 1);
+    kvr_index_destroy(other);
+}
+
 static void test_owner_and_rank_isolation(void **state)
 {
     fx *f = *state;
@@ -447,6 +495,7 @@ int main(void)
         T(test_tier_reach),
         T(test_external_only_owner_left_out),
         T(test_walk_next_id_guess),
+        T(test_reused_result_follows_index_and_owners),
         T(test_owner_and_rank_isolation),
         T(test_gap_stops_prefix),
         T(test_subtree_reclaim_and_memory_baseline),
