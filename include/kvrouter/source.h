@@ -24,6 +24,10 @@ typedef struct {
     uint32_t poll_ms;           /* 0 -> 20 */
     uint32_t max_buffered;      /* live messages held during a replay; 0 -> 65536 */
     uint64_t max_buffered_bytes; /* and their bytes; 0 -> 256 MiB */
+    /* ZeroMQ retries an unreachable engine every 100 ms, doubling up to
+     * this: 1000 dead endpoints would otherwise cost 10,000 connects a
+     * second. A returning engine waits at most this long. 0 -> 1000 */
+    int reconnect_max_ms;
 } kvr_source_config;
 
 typedef enum {

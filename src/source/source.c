@@ -58,6 +58,7 @@ void kvr_source_config_default(kvr_source_config *cfg)
     cfg->poll_ms = 20;
     cfg->max_buffered = 65536;
     cfg->max_buffered_bytes = 256ull << 20;
+    cfg->reconnect_max_ms = 1000;
 }
 
 kvr_indexer *kvr_source_indexer(kvr_source *src) { return src->ix; }
@@ -229,6 +230,8 @@ kvr_source *kvr_source_create(kvr_indexer *ix, const kvr_source_config *cfg)
             src->cfg.max_buffered = cfg->max_buffered;
         if (cfg->max_buffered_bytes)
             src->cfg.max_buffered_bytes = cfg->max_buffered_bytes;
+        if (cfg->reconnect_max_ms > 0)
+            src->cfg.reconnect_max_ms = cfg->reconnect_max_ms;
     }
     src->ix = ix;
     src->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -336,6 +339,8 @@ static void *open_sub(kvr_source *src, const char *endpoint, const char *topic)
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(s, ZMQ_RCVHWM, &src->cfg.rcv_hwm, sizeof src->cfg.rcv_hwm);
     zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxsz, sizeof maxsz);
+    zmq_setsockopt(s, ZMQ_RECONNECT_IVL_MAX, &src->cfg.reconnect_max_ms,
+                   sizeof src->cfg.reconnect_max_ms);
     if (zmq_setsockopt(s, ZMQ_SUBSCRIBE, topic, strlen(topic)) != 0 ||
         zmq_connect(s, endpoint) != 0) {
         zmq_close(s);
