@@ -119,7 +119,7 @@ static uint64_t mono_ns(void)
 /* Exclusive lock for one event or one slice of whole events. If matches
  * are queued behind the previous holder, give them the lock first (bounded,
  * so a descheduled reader cannot stall ingestion). */
-void kvr_tree_write_reacquire(kvr_index *idx)
+void kvr_tree_write_lock(kvr_index *idx)
 {
     if (atomic_load_explicit(&idx->readers_waiting, memory_order_relaxed)) {
         uint64_t start = mono_ns();
@@ -130,13 +130,9 @@ void kvr_tree_write_reacquire(kvr_index *idx)
     idx->write_epoch++;
 }
 
-static void write_lock(kvr_index *idx) { kvr_tree_write_reacquire(idx); }
+void kvr_index_write_begin(kvr_index *idx) { kvr_tree_write_lock(idx); }
 
-static void write_unlock(kvr_index *idx) { pthread_rwlock_unlock(&idx->lock); }
-
-void kvr_index_write_begin(kvr_index *idx) { write_lock(idx); }
-
-void kvr_index_write_end(kvr_index *idx) { write_unlock(idx); }
+void kvr_index_write_end(kvr_index *idx) { pthread_rwlock_unlock(&idx->lock); }
 
 /* Each handoff costs the writer a wakeup, the readers' turn and a cold
  * cache; handing over after every event (~0.3 us each alone) made the
@@ -158,7 +154,7 @@ bool kvr_index_write_yield(kvr_index *idx, uint64_t *slice_start_ns)
     if (!kvr_index_write_yield_due(idx, *slice_start_ns))
         return false;
     pthread_rwlock_unlock(&idx->lock);
-    kvr_tree_write_reacquire(idx);
+    kvr_tree_write_lock(idx);
     *slice_start_ns = mono_ns();
     return true;
 }
@@ -236,7 +232,7 @@ kvr_owner kvr_index_find_owner(kvr_index *idx, uint64_t worker_id, uint32_t dp_r
 
 kvr_owner kvr_index_owner(kvr_index *idx, uint64_t worker_id, uint32_t dp_rank)
 {
-    write_lock(idx);
+    kvr_tree_write_lock(idx);
     kvr_owner o = find_owner_locked(idx, worker_id, dp_rank);
     if (o != KVR_OWNER_NONE || idx->n_owners > KVR_OSET_MAX_OWNER)
         goto out;
@@ -269,7 +265,7 @@ kvr_owner kvr_index_owner(kvr_index *idx, uint64_t worker_id, uint32_t dp_rank)
     idx->n_owners++;
     o = id;
 out:
-    write_unlock(idx);
+    pthread_rwlock_unlock(&idx->lock);
     return o;
 }
 
@@ -382,10 +378,10 @@ kvr_drop_reason kvr_index_store(kvr_index *idx, kvr_owner owner, kvr_tier tier, 
 {
     if ((unsigned)tier >= KVR_TIER_COUNT)
         return KVR_DROP_UNKNOWN_TIER;
-    write_lock(idx);
+    kvr_tree_write_lock(idx);
     kvr_drop_reason r = kvr_index_store_locked(idx, owner, tier, has_parent, parent,
                                                engine_hashes, local_hashes, n);
-    write_unlock(idx);
+    pthread_rwlock_unlock(&idx->lock);
     return r;
 }
 
@@ -439,9 +435,9 @@ size_t kvr_index_remove(kvr_index *idx, kvr_owner owner, kvr_tier tier,
 {
     if ((unsigned)tier >= KVR_TIER_COUNT)
         return n;
-    write_lock(idx);
+    kvr_tree_write_lock(idx);
     size_t unknown = kvr_index_remove_locked(idx, owner, tier, engine_hashes, n);
-    write_unlock(idx);
+    pthread_rwlock_unlock(&idx->lock);
     return unknown;
 }
 
@@ -492,9 +488,9 @@ void kvr_index_clear_owner_locked(kvr_index *idx, kvr_owner owner)
 
 void kvr_index_clear_owner(kvr_index *idx, kvr_owner owner)
 {
-    write_lock(idx);
+    kvr_tree_write_lock(idx);
     kvr_index_clear_owner_locked(idx, owner);
-    write_unlock(idx);
+    pthread_rwlock_unlock(&idx->lock);
 }
 
 void kvr_index_stats_get(kvr_index *idx, kvr_index_stats *out)

@@ -152,7 +152,7 @@ static inline uint64_t kvr_tree_handle(const struct kvr_index *idx, uint32_t own
 }
 
 /* tree.c: takes `lock` for writing (letting queued matches in first). */
-void kvr_tree_write_reacquire(struct kvr_index *idx);
+void kvr_tree_write_lock(struct kvr_index *idx);
 
 /* tree_nodes.c: node chunks and the child table. */
 /* Called by a writer before an event changes anything: sizes the child

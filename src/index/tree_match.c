@@ -314,34 +314,35 @@ size_t kvr_index_match(kvr_index *idx, kvr_match_ctx *ctx, const uint64_t *local
     else if (run)
         apply_run(st, epoch, kvr_osets_get(&idx->sets, prev_set), explicit_depth + 1, run);
     /* One entry per first-block owner: with a fleet-wide prefix this loop
-     * is the floor of every match. Every owner is written with its counters
-     * after L blocks of the first set, then the few given explicit counters
-     * (listed by position) are patched: the scratch is not read per owner. */
+     * is the floor of every match. Owner, worker and rank are written only
+     * when the first set is not the last match's (tpl_*); every owner gets
+     * its counters after L blocks of the first set, then the few given
+     * explicit counters (listed by position) are patched: the scratch is not
+     * read per owner. */
     const kvr_owner_key *keys = idx->owner_keys;
     kvr_match_entry *res = ctx->out;
     uint32_t unreached = 0;
     bool same_owners = ctx->tpl_index == idx->uid && ctx->tpl_hash == fs->hash &&
                        ctx->tpl_len == fs->len && res[0].owner == kvr_oset_owner(fe[0]) &&
                        res[fs->len - 1].owner == kvr_oset_owner(fe[fs->len - 1]);
-    if (same_owners) {
+    if (!same_owners) {
         for (uint32_t k = 0; k < fs->len; k++) {
-            uint32_t t = fe[k], d = (t & (T_G | T_C | T_D)) ? L : 0;
-            res[k].gpu_blocks = (t & T_G) ? L : 0;
-            res[k].cpu_blocks = (t & (T_G | T_C)) ? L : 0;
-            res[k].disk_blocks = d;
-            unreached += d == 0;
-        }
-    } else {
-        for (uint32_t k = 0; k < fs->len; k++) {
-            uint32_t t = fe[k], owner = kvr_oset_owner(t);
-            uint32_t d = (t & (T_G | T_C | T_D)) ? L : 0;
-            res[k] = (kvr_match_entry){owner, keys[owner].worker_id, keys[owner].dp_rank,
-                                       (t & T_G) ? L : 0, (t & (T_G | T_C)) ? L : 0, d};
-            unreached += d == 0;
+            uint32_t owner = kvr_oset_owner(fe[k]);
+            res[k].owner = owner;
+            res[k].worker_id = keys[owner].worker_id;
+            res[k].dp_rank = keys[owner].dp_rank;
         }
         ctx->tpl_index = idx->uid;
         ctx->tpl_hash = fs->hash;
         ctx->tpl_len = fs->len;
+    }
+    for (uint32_t k = 0; k < fs->len; k++) {
+        owner_state c;
+        implicit(&c, fe[k], L);
+        res[k].gpu_blocks = c.g;
+        res[k].cpu_blocks = c.c;
+        res[k].disk_blocks = c.d;
+        unreached += c.d == 0;
     }
     for (uint32_t x = 0; x < n_explicit; x++) {
         kvr_match_entry *r = &res[ctx->explicit_at[x]];

@@ -113,7 +113,7 @@ int kvr_tree_child_fit(kvr_index *idx, uint32_t more)
     pthread_rwlock_rdlock(&idx->lock);
     uint64_t *t = child_rehash(idx->child, idx->child_cap, cap);
     pthread_rwlock_unlock(&idx->lock);
-    kvr_tree_write_reacquire(idx);
+    kvr_tree_write_lock(idx);
     if (idx->write_epoch != epoch + 1) {
         free(t);
         return 0;
