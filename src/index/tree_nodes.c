@@ -81,8 +81,8 @@ static int child_resize(kvr_index *idx, uint32_t cap)
     return 0;
 }
 
-/* Tables up to this many slots (~0.5 ms to rehash) resize in place, inside
- * the event that needs it; larger ones only in kvr_tree_child_fit. */
+/* kvr_tree_child_fit resizes tables up to this many slots (~0.5 ms to
+ * rehash) under the write lock; larger ones under a read lock. */
 #define CHILD_INLINE_MAX (1u << 16)
 
 static bool child_overfull(uint64_t len, uint32_t cap) { return len * 5 > (uint64_t)cap * 4; }
@@ -155,11 +155,10 @@ static void child_delete(kvr_index *idx, uint32_t id)
     }
     idx->child[hole] = 0;
     idx->child_len--;
-    /* a large table shrinks at the next kvr_tree_child_fit, outside the lock */
+    /* a sparse table shrinks at the next event's kvr_tree_child_fit; an
+     * empty one goes now, so a drained index is back to its baseline */
     if (idx->child_len == 0)
         child_resize(idx, 0);
-    else if (idx->child_cap <= CHILD_INLINE_MAX && child_sparse(idx->child_len, idx->child_cap))
-        child_resize(idx, idx->child_cap / 2); /* on OOM keep the larger table */
 }
 
 /* A new node under parent with no owners yet: the caller gives it one. */
