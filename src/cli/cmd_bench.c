@@ -13,7 +13,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "sim/bench.h"
-#include "sim/clock.h"
+#include "mock/clock.h"
 
 static const char bench_usage[] =
     "usage: kvrouter bench [--trace FILE] [--workers W] [--capacity BLOCKS]\n"

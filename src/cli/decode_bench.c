@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "kvrouter/wire_encode.h"
-#include "sim/clock.h"
+#include "mock/clock.h"
 
 enum { BENCH_EVENTS = 64, BENCH_BLOCKS = 4, BENCH_BLOCK_SIZE = 16 };
 enum { BENCH_TOKENS = BENCH_BLOCKS * BENCH_BLOCK_SIZE };

@@ -7,8 +7,8 @@
 #include <time.h>
 
 #include "kvrouter/hash.h"
-#include "sim/clock.h"
-#include "sim/prefix_cache.h"
+#include "mock/clock.h"
+#include "mock/prefix_cache.h"
 #include "util/u64map.h"
 
 void kvr_bench_stream_free(kvr_bench_stream *s)

@@ -12,7 +12,7 @@
 
 #include "kvrouter/common.h"
 #include "kvrouter/index.h"
-#include "sim/trace.h"
+#include "mock/trace.h"
 
 typedef enum { KVR_BOP_STORE = 0, KVR_BOP_REMOVE, KVR_BOP_CLEAR, KVR_BOP_MATCH } kvr_bench_op_kind;
 

@@ -12,7 +12,7 @@
 #include "kvrouter/indexer.h"
 #include "kvrouter/wire_encode.h"
 #include "sim/bench.h"
-#include "sim/clock.h"
+#include "mock/clock.h"
 #include "util/u64map.h"
 
 #define PIPE_MODEL "bench"

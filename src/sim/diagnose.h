@@ -10,9 +10,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "sim/engine.h"
+#include "mock/engine.h"
 #include "sim/sim.h"
-#include "sim/workload.h"
+#include "mock/workload.h"
 
 /* Peeks every slot's cache (no LRU change) for the request in that slot's
  * token form and adds to d: the best prefix over slots (gpu + host), the

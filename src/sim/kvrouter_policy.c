@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "sim/clock.h"
+#include "mock/clock.h"
 #include "sim/router_client.h"
 
 struct kvr_sim_kr {

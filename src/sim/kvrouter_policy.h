@@ -14,7 +14,7 @@
 #ifndef KVR_SIM_KVROUTER_POLICY_H
 #define KVR_SIM_KVROUTER_POLICY_H
 
-#include "sim/engine.h"
+#include "mock/engine.h"
 #include "sim/sim.h"
 
 typedef struct kvr_sim_kr kvr_sim_kr;

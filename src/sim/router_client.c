@@ -1,4 +1,4 @@
-#include "sim/clock.h"
+#include "mock/clock.h"
 #include "sim/router_client.h"
 
 #include <arpa/inet.h>

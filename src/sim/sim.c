@@ -8,9 +8,9 @@
 
 #include "kvrouter/hash.h"
 #include "sim/approx_tree.h"
-#include "sim/clock.h"
+#include "mock/clock.h"
 #include "sim/diagnose.h"
-#include "sim/engine.h"
+#include "mock/engine.h"
 #include "sim/kvrouter_policy.h"
 #include "util/rng.h"
 #include "util/u64map.h"

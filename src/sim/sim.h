@@ -22,7 +22,7 @@
 #include <stdio.h>
 
 #include "kvrouter/wire_encode.h"
-#include "sim/workload.h"
+#include "mock/workload.h"
 
 typedef enum {
     KVR_SIM_KVROUTER = 0,

@@ -11,7 +11,7 @@
 
 #include "test_support.h"
 
-#include "sim/engine.h"
+#include "mock/engine.h"
 #include "sim/router_client.h"
 
 static json_t *get_json(kvr_sim_http *h, const char *path, const char *body, long want)

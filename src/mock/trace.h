@@ -1,7 +1,7 @@
 /* Mooncake FAST'25 trace loading (SPEC §9) and deterministic token
  * expansion, shared by the benchmark and the simulator. */
-#ifndef KVR_SIM_TRACE_H
-#define KVR_SIM_TRACE_H
+#ifndef KVR_MOCK_TRACE_H
+#define KVR_MOCK_TRACE_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -2,8 +2,8 @@
  * keyed by chain key (unique per prefix), LRU eviction of leaves only, as
  * SGLang's radix cache does. Reports what a real engine would publish:
  * stores of the missing suffix (parent-linked) and evictions. */
-#ifndef KVR_SIM_PREFIX_CACHE_H
-#define KVR_SIM_PREFIX_CACHE_H
+#ifndef KVR_MOCK_PREFIX_CACHE_H
+#define KVR_MOCK_PREFIX_CACHE_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,12 +1,12 @@
 /* Internals shared by engine.c (GPU cache, publishing, API) and
  * engine_host.c (the HiCache host tier). */
-#ifndef KVR_SIM_ENGINE_INTERNAL_H
-#define KVR_SIM_ENGINE_INTERNAL_H
+#ifndef KVR_MOCK_ENGINE_INTERNAL_H
+#define KVR_MOCK_ENGINE_INTERNAL_H
 
-#include "sim/engine.h"
-#include "sim/engine_events.h"
-#include "sim/prefix_cache.h"
-#include "sim/publisher.h"
+#include "mock/engine.h"
+#include "mock/engine_events.h"
+#include "mock/prefix_cache.h"
+#include "mock/publisher.h"
 #include "util/u64map.h"
 
 /* What a host-tier store needs about a block after the GPU forgot it: its

@@ -8,8 +8,8 @@
 
 #include "kvrouter/hash.h"
 #include "kvrouter/wire.h"
-#include "sim/engine.h"
-#include "sim/workload.h"
+#include "mock/engine.h"
+#include "mock/workload.h"
 
 typedef struct {
     void *zctx;

@@ -2,8 +2,8 @@
  * [topic, seq (8B BE), payload] and a ROUTER replay socket answering
  * ["", start_seq] from a ring of recent batches, served by a background
  * thread so a router can replay while the simulator is busy. */
-#ifndef KVR_SIM_PUBLISHER_H
-#define KVR_SIM_PUBLISHER_H
+#ifndef KVR_MOCK_PUBLISHER_H
+#define KVR_MOCK_PUBLISHER_H
 
 #include <stdbool.h>
 #include <stddef.h>

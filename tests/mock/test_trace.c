@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sim/trace.h"
+#include "mock/trace.h"
 
 static char *write_tmp(const char *text)
 {

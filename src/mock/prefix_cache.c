@@ -1,4 +1,4 @@
-#include "sim/prefix_cache.h"
+#include "mock/prefix_cache.h"
 
 #include <stdlib.h>
 

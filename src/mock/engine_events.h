@@ -1,8 +1,8 @@
 /* The events of one mock-engine batch, collected while the cache changes and
  * encoded with the wire encoder as one msgpack batch. Offsets, not pointers,
  * until encoding: the pool grows while events are added. */
-#ifndef KVR_SIM_ENGINE_EVENTS_H
-#define KVR_SIM_ENGINE_EVENTS_H
+#ifndef KVR_MOCK_ENGINE_EVENTS_H
+#define KVR_MOCK_ENGINE_EVENTS_H
 
 #include <stdbool.h>
 #include <stddef.h>

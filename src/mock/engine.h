@@ -6,8 +6,8 @@
  * Engine hashes: block i's hash is kvr_hash_chain(hash_{i-1}, XXH3 of the
  * block's raw u64 tokens, seed 0) — deterministic and unique per prefix, and
  * deliberately unlike the router's hash (the router recomputes its own). */
-#ifndef KVR_SIM_ENGINE_H
-#define KVR_SIM_ENGINE_H
+#ifndef KVR_MOCK_ENGINE_H
+#define KVR_MOCK_ENGINE_H
 
 #include <stdbool.h>
 #include <stddef.h>

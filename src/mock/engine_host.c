@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim/engine_internal.h"
+#include "mock/engine_internal.h"
 
 #define BT_NONE UINT32_MAX
 

@@ -1,4 +1,4 @@
-#include "sim/workload.h"
+#include "mock/workload.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-#include "sim/publisher.h"
+#include "mock/publisher.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,4 +1,4 @@
-#include "sim/engine.h"
+#include "mock/engine.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,7 +6,7 @@
 #include <time.h>
 
 #include "kvrouter/hash.h"
-#include "sim/engine_internal.h"
+#include "mock/engine_internal.h"
 
 static bool emitting(const kvr_sim_engine *e) { return kvr_sim_engine_emitting(e); }
 

@@ -1,4 +1,4 @@
-#include "sim/engine_events.h"
+#include "mock/engine_events.h"
 
 #include <stdlib.h>
 #include <string.h>

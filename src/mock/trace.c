@@ -1,4 +1,4 @@
-#include "sim/trace.h"
+#include "mock/trace.h"
 
 #include <errno.h>
 #include <jansson.h>

@@ -10,14 +10,14 @@
  *   legacy: what a legacy engine caches and publishes: kvr_pad_value(mm_hash);
  *   wide:   what a Kimi engine_wide engine caches and publishes: four pad
  *           values >= 2^32 derived from mm_hash, cycled over the image. */
-#ifndef KVR_SIM_WORKLOAD_H
-#define KVR_SIM_WORKLOAD_H
+#ifndef KVR_MOCK_WORKLOAD_H
+#define KVR_MOCK_WORKLOAD_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sim/trace.h"
+#include "mock/trace.h"
 #include "util/u64map.h"
 
 /* Kimi's media placeholder token: an ordinary text-range id. */

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim/prefix_cache.h"
+#include "mock/prefix_cache.h"
 #include "util/u64map.h"
 
 typedef struct {

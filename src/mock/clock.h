@@ -1,7 +1,7 @@
 /* Seconds on a POSIX clock as a double: CLOCK_MONOTONIC for wall time,
  * the CPU-time clocks for what one core did on a shared machine. */
-#ifndef KVR_SIM_CLOCK_H
-#define KVR_SIM_CLOCK_H
+#ifndef KVR_MOCK_CLOCK_H
+#define KVR_MOCK_CLOCK_H
 
 #include <time.h>
 
