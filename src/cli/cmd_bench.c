@@ -12,7 +12,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "sim/bench.h"
+#include "bench/bench.h"
 #include "mock/clock.h"
 
 static const char bench_usage[] =

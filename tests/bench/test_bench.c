@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "../index/tree_model.h"
-#include "sim/bench.h"
+#include "bench/bench.h"
 
 #define WORKERS 8
 

@@ -2,8 +2,8 @@
  * engines would publish for a trace, then replays it through the index API
  * and measures it. The stream is explicit (and can be written as JSON lines)
  * so another implementation can replay exactly the same work. */
-#ifndef KVR_SIM_BENCH_H
-#define KVR_SIM_BENCH_H
+#ifndef KVR_BENCH_BENCH_H
+#define KVR_BENCH_BENCH_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -120,7 +120,16 @@ typedef struct {
 
 int kvr_bench_pipeline(const kvr_bench_stream *s, kvr_bench_pipeline_result *r);
 
-/* Internal: append helpers shared by the builder and the reader. */
+/* Internal, shared by the files of this layer. */
+/* Appends an op with pool_need pool words (builder and reader). */
 kvr_bench_op *kvr_bench_push_op(kvr_bench_stream *s, size_t pool_need);
+/* Sorts v and returns its p-quantile (0 when n is 0). */
+double kvr_bench_percentile(double *v, size_t n, double p);
+/* Owner id per op (KVR_OWNER_NONE for matches), created before timing. */
+kvr_owner *kvr_bench_owners(kvr_index *idx, const kvr_bench_stream *s);
+/* Applies one store/remove/clear op, counting drops into r; locked: the
+ * caller holds the write lock (kvr_index_write_begin). */
+void kvr_bench_apply_event(kvr_index *idx, const kvr_bench_stream *s, const kvr_bench_op *op,
+                           kvr_owner o, bool locked, kvr_bench_result *r);
 
 #endif

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim/bench.h"
+#include "bench/bench.h"
 
 #define MAX_HASHES (1u << 22)
 

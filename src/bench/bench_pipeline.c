@@ -11,7 +11,7 @@
 
 #include "kvrouter/indexer.h"
 #include "kvrouter/wire_encode.h"
-#include "sim/bench.h"
+#include "bench/bench.h"
 #include "mock/clock.h"
 #include "util/u64map.h"
 

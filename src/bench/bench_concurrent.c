@@ -1,0 +1,135 @@
+/* Concurrent replay: one thread applies the stream's events as the facade
+ * applies a batch (write lock held across slices, handed to waiting
+ * matches), while the others match in a loop; reports both rates and how
+ * long readers waited for the writer. */
+#include "bench/bench.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mock/clock.h"
+
+typedef struct {
+    const kvr_bench_stream *s;
+    kvr_index *idx;
+    size_t first, step; /* this reader's share of the match ops */
+    double *lat;      /* ring of the latest cap samples */
+    size_t nlat, cap; /* nlat counts every match */
+    atomic_bool *done;
+    kvr_match_ctx_stats wait;
+    double seconds;
+} reader_arg;
+
+static void *reader_main(void *p)
+{
+    reader_arg *a = p;
+    kvr_match_ctx *ctx = kvr_match_ctx_create();
+    if (!ctx)
+        return NULL;
+    /* Keep matching (cycling through this reader's share of the requests)
+     * for as long as the writer ingests, so the rates overlap in time. */
+    double t0 = kvr_sim_seconds(CLOCK_MONOTONIC);
+    bool any = false;
+    int pass = 0;
+    do {
+        size_t seen = 0;
+        /* the first pass always completes, so short streams still measure */
+        for (size_t i = 0; i < a->s->n && (pass == 0 || !atomic_load(a->done)); i++) {
+            const kvr_bench_op *op = &a->s->ops[i];
+            if (op->kind != KVR_BOP_MATCH || seen++ % a->step != a->first)
+                continue;
+            const kvr_match_entry *res;
+            double b = kvr_sim_seconds(CLOCK_MONOTONIC);
+            kvr_index_match(a->idx, ctx, a->s->pool + op->off, op->n, &res);
+            a->lat[a->nlat++ % a->cap] = kvr_sim_seconds(CLOCK_MONOTONIC) - b;
+            any = true;
+        }
+        pass++;
+    } while (any && !atomic_load(a->done));
+    a->seconds = kvr_sim_seconds(CLOCK_MONOTONIC) - t0;
+    kvr_match_ctx_stats_get(ctx, &a->wait);
+    kvr_match_ctx_destroy(ctx);
+    return NULL;
+}
+
+int kvr_bench_replay_concurrent(const kvr_bench_stream *s, int threads, kvr_bench_result *r)
+{
+    r->threads = threads;
+    if (threads < 2)
+        return 0;
+    int nr = threads - 1;
+    kvr_index *idx = kvr_index_create();
+    kvr_owner *owners = idx ? kvr_bench_owners(idx, s) : NULL;
+    reader_arg *ra = calloc((size_t)nr, sizeof *ra);
+    pthread_t *th = calloc((size_t)nr, sizeof *th);
+    double *lat = malloc((s->n ? s->n : 1) * sizeof *lat);
+    int rc = -1, started = 0;
+    if (!idx || !owners || !ra || !th || !lat)
+        goto out;
+    atomic_bool done;
+    atomic_init(&done, false);
+    size_t cap = s->n ? s->n : 1;
+    for (int t = 0; t < nr; t++) {
+        ra[t] = (reader_arg){s, idx, (size_t)t, (size_t)nr, NULL, 0, cap, &done, {0}, 0};
+        ra[t].lat = malloc(cap * sizeof(double));
+        if (!ra[t].lat || pthread_create(&th[t], NULL, reader_main, &ra[t]) != 0)
+            break;
+        started++;
+    }
+    double t0 = kvr_sim_seconds(CLOCK_MONOTONIC);
+    kvr_bench_result scratch = {0};
+    uint64_t events = 0;
+    /* One writer holding the lock across slices of events, handing it to
+     * waiting matches between events, as the facade applies a batch. */
+    kvr_index_write_begin(idx);
+    uint64_t slice = kvr_index_now_ns();
+    for (size_t i = 0; i < s->n; i++)
+        if (s->ops[i].kind != KVR_BOP_MATCH) {
+            kvr_bench_apply_event(idx, s, &s->ops[i], owners[i], true, &scratch);
+            events++;
+            kvr_index_write_yield(idx, &slice);
+        }
+    kvr_index_write_end(idx);
+    double ingest = kvr_sim_seconds(CLOCK_MONOTONIC) - t0;
+    atomic_store(&done, true);
+    size_t nl = 0;
+    uint64_t matches = 0;
+    double reader_s = 0;
+    r->reader_waits = 0;
+    r->reader_wait_total_ms = r->reader_wait_max_us = 0;
+    for (int t = 0; t < started; t++) {
+        pthread_join(th[t], NULL);
+        size_t kept = ra[t].nlat < ra[t].cap ? ra[t].nlat : ra[t].cap;
+        if (nl + kept > cap)
+            kept = cap - nl;
+        memcpy(lat + nl, ra[t].lat, kept * sizeof *lat);
+        nl += kept;
+        matches += ra[t].nlat;
+        if (ra[t].seconds > reader_s)
+            reader_s = ra[t].seconds;
+        r->reader_waits += ra[t].wait.waits;
+        r->reader_wait_total_ms += (double)ra[t].wait.wait_ns / 1e6;
+        if ((double)ra[t].wait.max_wait_ns / 1e3 > r->reader_wait_max_us)
+            r->reader_wait_max_us = (double)ra[t].wait.max_wait_ns / 1e3;
+    }
+    r->conc_seconds = kvr_sim_seconds(CLOCK_MONOTONIC) - t0;
+    r->conc_events_per_s = ingest > 0 ? (double)events / ingest : 0;
+    r->conc_matches_per_s = reader_s > 0 ? (double)matches / reader_s : 0;
+    r->conc_match_p50_us = kvr_bench_percentile(lat, nl, 0.50) * 1e6;
+    r->conc_match_p99_us = kvr_bench_percentile(lat, nl, 0.99) * 1e6;
+    rc = started == nr ? 0 : -1;
+out:
+    if (ra)
+        for (int t = 0; t < nr; t++)
+            free(ra[t].lat);
+    free(ra);
+    free(th);
+    free(lat);
+    free(owners);
+    kvr_index_destroy(idx);
+    return rc;
+}
+
