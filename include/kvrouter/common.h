@@ -24,24 +24,51 @@ const char *kvr_tier_name(kvr_tier tier);
 /* Returns -1 for an unknown name. Accepts the API names "gpu", "cpu", ... */
 int kvr_tier_from_name(const char *name);
 
-/* Why one event was dropped. Every reason is a counter per (worker, rank);
- * the names are part of the HTTP and metrics contract. */
+/* Why one event was dropped, as one list: X(ENUM, "name", "help"). Every
+ * reason is a counter per (worker, rank); the names are part of the HTTP and
+ * metrics contract, so a new reason is one line here and nothing else. */
+#define KVR_DROP_REASONS(X)                                                                \
+    X(NONE, "none", "not dropped")                                                         \
+    X(MALFORMED_EVENT, "malformed_event", "wrong msgpack types or shape inside one event") \
+    X(UNKNOWN_EVENT, "unknown_event", "an event type kvrouter does not know")              \
+    X(OVERSIZED_EVENT, "oversized_event", "a length above the SPEC 3 bounds")              \
+    X(UNKNOWN_TIER, "unknown_tier", "a medium outside the SPEC 3 table")                   \
+    X(NON_MAIN_ATTENTION, "non_main_attention",                                            \
+      "sliding-window or other non-indexed attention, or an unlearned group")              \
+    X(REMOTE_LOCALITY, "remote_locality", "locality REMOTE or unknown")                    \
+    X(BLOCK_SIZE_MISMATCH, "block_size_mismatch",                                          \
+      "event block_size differs from the registered one")                                  \
+    X(DUPLICATE_IDS, "duplicate_ids", "a store whose parent and hashes repeat an id")      \
+    X(PARENT_NOT_FOUND, "parent_not_found", "a store whose parent the index does not hold")\
+    X(BLOCK_NOT_FOUND, "block_not_found", "a removed block the index does not hold")
+
 typedef enum {
-    KVR_DROP_NONE = 0,
-    KVR_DROP_MALFORMED_EVENT,    /* wrong msgpack types / shape inside one event */
-    KVR_DROP_UNKNOWN_EVENT,      /* event type we do not know */
-    KVR_DROP_OVERSIZED_EVENT,    /* a length above the SPEC §3 bounds */
-    KVR_DROP_UNKNOWN_TIER,       /* medium not in the SPEC §3 table */
-    KVR_DROP_NON_MAIN_ATTENTION, /* sliding window etc., or unlearned group */
-    KVR_DROP_REMOTE_LOCALITY,    /* locality REMOTE or unknown */
-    KVR_DROP_BLOCK_SIZE_MISMATCH,
-    KVR_DROP_DUPLICATE_IDS,      /* {parent} ∪ hashes repeats */
-    KVR_DROP_PARENT_NOT_FOUND,
-    KVR_DROP_BLOCK_NOT_FOUND,
+#define KVR_DROP_ENUM_(e, name, help) KVR_DROP_##e,
+    KVR_DROP_REASONS(KVR_DROP_ENUM_)
+#undef KVR_DROP_ENUM_
     KVR_DROP_COUNT
 } kvr_drop_reason;
 
 const char *kvr_drop_reason_name(kvr_drop_reason reason);
+const char *kvr_drop_reason_help(kvr_drop_reason reason);
+
+/* How a counter of an X-macro list is exposed: a counter only grows (summed
+ * into a *_total family), a gauge is a current value with its own metric. */
+typedef enum { KVR_METRIC_COUNTER = 0, KVR_METRIC_GAUGE = 1 } kvr_metric_kind;
+
+/* One entry of a counter list, for code that renders every counter in a
+ * loop: the value is the uint64_t at `offset` of the counters struct. */
+typedef struct {
+    const char *name;
+    kvr_metric_kind kind;
+    const char *help;
+    size_t offset;
+} kvr_counter_desc;
+
+static inline uint64_t kvr_counter_value(const void *counters, const kvr_counter_desc *d)
+{
+    return *(const uint64_t *)((const char *)counters + d->offset);
+}
 
 /* A borrowed byte string (not NUL-terminated). ptr == NULL means absent/nil. */
 typedef struct {

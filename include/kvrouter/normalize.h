@@ -20,23 +20,37 @@ typedef struct {
     uint32_t dp_rank;
 } kvr_normalizer_config;
 
-/* Counters of one (worker, rank). Names are the HTTP/metrics contract. */
+/* Counters of one (worker, rank), as one list: X(name, COUNTER|GAUGE,
+ * "help"). The list expands into kvr_normalizer_counters, its sum and its
+ * descriptors (which /workers and /metrics render), so a new counter is one
+ * line here plus the code that moves it. Names are the HTTP/metrics contract.
+ * mm_blocks_excluded: blocks kept from the index by media rules, in every
+ * mode: the first unsupported block and all after it (legacy truncation
+ * included), whole descendant stores, and stores with a parent in fallback. */
+#define KVR_NORMALIZER_COUNTERS(X)                                                         \
+    X(mm_blocks_excluded, COUNTER, "blocks kept from the index by the media rules")        \
+    X(mm_stores_truncated, COUNTER, "stores cut at their own first unsupported block")     \
+    X(mm_descendant_stores_excluded, COUNTER,                                              \
+      "engine_wide stores excluded whole because their parent is excluded")                \
+    X(mm_removals_filtered, COUNTER, "removed hashes found in an exclusion set")           \
+    X(mm_excluded_ids, GAUGE, "recorded excluded block ids, across tiers")                 \
+    X(mm_fallback, GAUGE, "ranks whose exclusion set is full (fallback until a clear)")    \
+    X(mm_fallback_entries, COUNTER, "times the exclusion set filled up")                   \
+    X(wide_tokens_seen, COUNTER, "token ids above u32 received, in every mode")
+
 typedef struct {
-    /* Blocks kept from the index by media rules, in every mode: the first
-     * unsupported block and all after it (legacy truncation included),
-     * whole descendant stores, and stores with a parent in fallback. */
-    uint64_t mm_blocks_excluded;
-    /* Stores cut at their own first unsupported block (any mode). */
-    uint64_t mm_stores_truncated;
-    /* engine_wide stores excluded whole because their parent is excluded. */
-    uint64_t mm_descendant_stores_excluded;
-    uint64_t mm_removals_filtered;
-    uint64_t mm_excluded_ids; /* gauge: current exclusion set size across tiers */
-    uint64_t mm_fallback;     /* gauge 0/1 */
-    uint64_t mm_fallback_entries;
-    uint64_t wide_tokens_seen; /* token ids above u32, in every mode */
-    uint64_t drops[KVR_DROP_COUNT];
+#define KVR_NORM_COUNTER_FIELD_(name, kind, help) uint64_t name;
+    KVR_NORMALIZER_COUNTERS(KVR_NORM_COUNTER_FIELD_)
+#undef KVR_NORM_COUNTER_FIELD_
+    uint64_t drops[KVR_DROP_COUNT]; /* by kvr_drop_reason (KVR_DROP_REASONS) */
 } kvr_normalizer_counters;
+
+/* The list above in order, for renderers that loop over it. */
+extern const kvr_counter_desc kvr_normalizer_counter_descs[];
+extern const size_t kvr_normalizer_counter_count;
+/* a += b, every field of the list and every drop reason (sums over the ranks
+ * of a worker; gauges sum too: excluded ids across ranks, ranks in fallback). */
+void kvr_normalizer_counters_add(kvr_normalizer_counters *a, const kvr_normalizer_counters *b);
 
 typedef enum {
     KVR_NORM_STORE = 0,

@@ -4,6 +4,7 @@
 #include "kvrouter/normalize.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +100,24 @@ void kvr_normalizer_count_drop(kvr_normalizer *n, kvr_drop_reason reason)
 void kvr_normalizer_counters_get(const kvr_normalizer *n, kvr_normalizer_counters *out)
 {
     *out = n->c;
+}
+
+const kvr_counter_desc kvr_normalizer_counter_descs[] = {
+#define KVR_NORM_COUNTER_DESC_(name, kind, help) \
+    {#name, KVR_METRIC_##kind, help, offsetof(kvr_normalizer_counters, name)},
+    KVR_NORMALIZER_COUNTERS(KVR_NORM_COUNTER_DESC_)
+#undef KVR_NORM_COUNTER_DESC_
+};
+const size_t kvr_normalizer_counter_count =
+    sizeof kvr_normalizer_counter_descs / sizeof kvr_normalizer_counter_descs[0];
+
+void kvr_normalizer_counters_add(kvr_normalizer_counters *a, const kvr_normalizer_counters *b)
+{
+#define KVR_NORM_COUNTER_ADD_(name, kind, help) a->name += b->name;
+    KVR_NORMALIZER_COUNTERS(KVR_NORM_COUNTER_ADD_)
+#undef KVR_NORM_COUNTER_ADD_
+    for (int r = 0; r < KVR_DROP_COUNT; r++)
+        a->drops[r] += b->drops[r];
 }
 
 kvr_mm_identity kvr_normalizer_effective_mode(const kvr_normalizer *n)

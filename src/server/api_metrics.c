@@ -45,8 +45,14 @@ static void worker_metrics(kvr_sbuf *b, const kvr_workers_snapshot *s)
     help(b, "kvr_blocks_total", "counter", "Blocks named by received events, by operation");
     help(b, "kvr_drops_total", "counter", "Events dropped, by reason");
     help(b, "kvr_mm_total", "counter", "Media exclusion counters (SPEC 5), by name");
-    help(b, "kvr_mm_excluded_ids", "gauge", "Recorded excluded block ids");
-    help(b, "kvr_mm_fallback", "gauge", "Ranks in exclusion-capacity fallback");
+    char gauge[96];
+    for (size_t k = 0; k < kvr_normalizer_counter_count; k++) {
+        const kvr_counter_desc *d = &kvr_normalizer_counter_descs[k];
+        if (d->kind != KVR_METRIC_GAUGE)
+            continue;
+        snprintf(gauge, sizeof gauge, "kvr_%s", d->name);
+        help(b, gauge, "gauge", d->help);
+    }
     help(b, "kvr_source_total", "counter", "Sequence and transport counters, by name");
     for (size_t i = 0; i < s->n_workers; i++) {
         const kvr_worker_info *wi = &s->workers[i];
@@ -74,21 +80,16 @@ static void worker_metrics(kvr_sbuf *b, const kvr_workers_snapshot *s)
         for (int d = 1; d < KVR_DROP_COUNT; d++)
             kvr_sbuf_printf(b, "kvr_drops_total{" WL ",reason=\"%s\"} %" PRIu64 "\n", WLA(&l),
                             kvr_drop_reason_name((kvr_drop_reason)d), n.drops[d]);
-        const struct {
-            const char *name;
-            uint64_t v;
-        } mm[] = {{"mm_blocks_excluded", n.mm_blocks_excluded},
-                  {"mm_stores_truncated", n.mm_stores_truncated},
-                  {"mm_descendant_stores_excluded", n.mm_descendant_stores_excluded},
-                  {"mm_removals_filtered", n.mm_removals_filtered},
-                  {"mm_fallback_entries", n.mm_fallback_entries},
-                  {"wide_tokens_seen", n.wide_tokens_seen}};
-        for (size_t k = 0; k < sizeof mm / sizeof mm[0]; k++)
-            kvr_sbuf_printf(b, "kvr_mm_total{" WL ",counter=\"%s\"} %" PRIu64 "\n", WLA(&l),
-                            mm[k].name, mm[k].v);
-        kvr_sbuf_printf(b, "kvr_mm_excluded_ids{" WL "} %" PRIu64 "\n", WLA(&l),
-                        n.mm_excluded_ids);
-        kvr_sbuf_printf(b, "kvr_mm_fallback{" WL "} %" PRIu64 "\n", WLA(&l), n.mm_fallback);
+        /* counters are labels of kvr_mm_total; each gauge is its own metric */
+        for (size_t k = 0; k < kvr_normalizer_counter_count; k++) {
+            const kvr_counter_desc *d = &kvr_normalizer_counter_descs[k];
+            if (d->kind == KVR_METRIC_GAUGE)
+                kvr_sbuf_printf(b, "kvr_%s{" WL "} %" PRIu64 "\n", d->name, WLA(&l),
+                                kvr_counter_value(&n, d));
+            else
+                kvr_sbuf_printf(b, "kvr_mm_total{" WL ",counter=\"%s\"} %" PRIu64 "\n",
+                                WLA(&l), d->name, kvr_counter_value(&n, d));
+        }
         const struct {
             const char *name;
             uint64_t v;

@@ -58,35 +58,17 @@ void kvr_workers_snapshot_free(kvr_workers_snapshot *s)
 
 static json_t *norm_json(const kvr_normalizer_counters *c)
 {
-    json_t *o = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "mm_blocks_excluded",
-                          (json_int_t)c->mm_blocks_excluded, "mm_stores_truncated",
-                          (json_int_t)c->mm_stores_truncated, "mm_descendant_stores_excluded",
-                          (json_int_t)c->mm_descendant_stores_excluded, "mm_removals_filtered",
-                          (json_int_t)c->mm_removals_filtered, "mm_excluded_ids",
-                          (json_int_t)c->mm_excluded_ids, "mm_fallback",
-                          (json_int_t)c->mm_fallback, "mm_fallback_entries",
-                          (json_int_t)c->mm_fallback_entries, "wide_tokens_seen",
-                          (json_int_t)c->wide_tokens_seen);
-    json_t *d = json_object();
+    json_t *o = json_object();
+    for (size_t k = 0; k < kvr_normalizer_counter_count; k++) {
+        const kvr_counter_desc *d = &kvr_normalizer_counter_descs[k];
+        json_object_set_new(o, d->name, json_integer((json_int_t)kvr_counter_value(c, d)));
+    }
+    json_t *drops = json_object();
     for (int r = 1; r < KVR_DROP_COUNT; r++)
-        json_object_set_new(d, kvr_drop_reason_name((kvr_drop_reason)r),
+        json_object_set_new(drops, kvr_drop_reason_name((kvr_drop_reason)r),
                             json_integer((json_int_t)c->drops[r]));
-    json_object_set_new(o, "drops", d);
+    json_object_set_new(o, "drops", drops);
     return o;
-}
-
-void kvr_normalizer_counters_add(kvr_normalizer_counters *a, const kvr_normalizer_counters *b)
-{
-    a->mm_blocks_excluded += b->mm_blocks_excluded;
-    a->mm_stores_truncated += b->mm_stores_truncated;
-    a->mm_descendant_stores_excluded += b->mm_descendant_stores_excluded;
-    a->mm_removals_filtered += b->mm_removals_filtered;
-    a->mm_excluded_ids += b->mm_excluded_ids;
-    a->mm_fallback += b->mm_fallback;
-    a->mm_fallback_entries += b->mm_fallback_entries;
-    a->wide_tokens_seen += b->wide_tokens_seen;
-    for (int r = 0; r < KVR_DROP_COUNT; r++)
-        a->drops[r] += b->drops[r];
 }
 
 void kvr_source_counters_add(kvr_source_counters *a, const kvr_source_counters *b)

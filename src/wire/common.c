@@ -20,22 +20,25 @@ int kvr_tier_from_name(const char *name)
 }
 
 static const char *const drop_names[KVR_DROP_COUNT] = {
-    [KVR_DROP_NONE] = "none",
-    [KVR_DROP_MALFORMED_EVENT] = "malformed_event",
-    [KVR_DROP_UNKNOWN_EVENT] = "unknown_event",
-    [KVR_DROP_OVERSIZED_EVENT] = "oversized_event",
-    [KVR_DROP_UNKNOWN_TIER] = "unknown_tier",
-    [KVR_DROP_NON_MAIN_ATTENTION] = "non_main_attention",
-    [KVR_DROP_REMOTE_LOCALITY] = "remote_locality",
-    [KVR_DROP_BLOCK_SIZE_MISMATCH] = "block_size_mismatch",
-    [KVR_DROP_DUPLICATE_IDS] = "duplicate_ids",
-    [KVR_DROP_PARENT_NOT_FOUND] = "parent_not_found",
-    [KVR_DROP_BLOCK_NOT_FOUND] = "block_not_found",
+#define KVR_DROP_NAME_(e, name, help) [KVR_DROP_##e] = name,
+    KVR_DROP_REASONS(KVR_DROP_NAME_)
+#undef KVR_DROP_NAME_
+};
+
+static const char *const drop_helps[KVR_DROP_COUNT] = {
+#define KVR_DROP_HELP_(e, name, help) [KVR_DROP_##e] = help,
+    KVR_DROP_REASONS(KVR_DROP_HELP_)
+#undef KVR_DROP_HELP_
 };
 
 const char *kvr_drop_reason_name(kvr_drop_reason reason)
 {
     return (unsigned)reason < KVR_DROP_COUNT ? drop_names[reason] : "unknown";
+}
+
+const char *kvr_drop_reason_help(kvr_drop_reason reason)
+{
+    return (unsigned)reason < KVR_DROP_COUNT ? drop_helps[reason] : "unknown";
 }
 
 bool kvr_str_eq(kvr_str s, const char *cstr)

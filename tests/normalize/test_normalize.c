@@ -2,6 +2,8 @@
  * modes. The engine_wide exclusion rules are in test_exclusion.c. */
 #include "norm_fixture.h"
 
+#include <stddef.h>
+
 static const uint64_t H[] = {11, 12, 13, 14};
 
 static void test_dropped_wire_event_keeps_reason(void **state)
@@ -395,6 +397,42 @@ static void test_auto_switches_on_first_wide_event(void **state)
     kvr_normalizer_destroy(n);
 }
 
+/* The X-macro list is the whole struct: a field added outside the list would
+ * be neither summed nor shown in /workers and /metrics. */
+static void test_counter_list_covers_struct_and_sums(void **state)
+{
+    (void)state;
+    assert_int_equal(sizeof(kvr_normalizer_counters),
+                     (kvr_normalizer_counter_count + KVR_DROP_COUNT) * sizeof(uint64_t));
+    kvr_normalizer_counters a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    for (size_t k = 0; k < kvr_normalizer_counter_count; k++) {
+        const kvr_counter_desc *d = &kvr_normalizer_counter_descs[k];
+        assert_non_null(d->help);
+        assert_true(d->kind == KVR_METRIC_COUNTER || d->kind == KVR_METRIC_GAUGE);
+        *(uint64_t *)((char *)&b + d->offset) = 10 + k;
+        for (size_t j = 0; j < k; j++)
+            assert_true(strcmp(kvr_normalizer_counter_descs[j].name, d->name) != 0);
+    }
+    for (int r = 0; r < KVR_DROP_COUNT; r++)
+        b.drops[r] = 100 + (uint64_t)r;
+    kvr_normalizer_counters_add(&a, &b);
+    kvr_normalizer_counters_add(&a, &b);
+    for (size_t k = 0; k < kvr_normalizer_counter_count; k++)
+        assert_int_equal(kvr_counter_value(&a, &kvr_normalizer_counter_descs[k]), 2 * (10 + k));
+    for (int r = 0; r < KVR_DROP_COUNT; r++)
+        assert_int_equal(a.drops[r], 2 * (100 + (uint64_t)r));
+    assert_string_equal(kvr_normalizer_counter_descs[0].name, "mm_blocks_excluded");
+    assert_int_equal(kvr_normalizer_counter_descs[0].offset,
+                     offsetof(kvr_normalizer_counters, mm_blocks_excluded));
+    /* drop reasons: one list for the enum, the names and the help */
+    assert_string_equal(kvr_drop_reason_name(KVR_DROP_BLOCK_NOT_FOUND), "block_not_found");
+    assert_string_equal(kvr_drop_reason_name(KVR_DROP_DUPLICATE_IDS), "duplicate_ids");
+    for (int r = 0; r < KVR_DROP_COUNT; r++)
+        assert_true(strlen(kvr_drop_reason_help((kvr_drop_reason)r)) > 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -412,6 +450,7 @@ int main(void)
         cmocka_unit_test(test_legacy_truncates_tracks_nothing),
         cmocka_unit_test(test_legacy_wide_tokens_counted_one_warning),
         cmocka_unit_test(test_auto_switches_on_first_wide_event),
+        cmocka_unit_test(test_counter_list_covers_struct_and_sums),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
