@@ -39,22 +39,41 @@ typedef enum {
 
 const char *kvr_listener_state_name(kvr_listener_state s);
 
-/* Counters of one (worker, socket rank). */
+/* Counters of one (worker, socket rank), as one list: X(name, COUNTER|GAUGE,
+ * "help"). The list expands into kvr_source_counters, its sum and its
+ * descriptors (which /workers and /metrics render), so a new counter is one
+ * line here plus the code that moves it. Names are the HTTP/metrics contract. */
+#define KVR_SOURCE_COUNTERS(X)                                                             \
+    X(messages, COUNTER, "live messages received, any shape")                              \
+    X(batches, COUNTER, "batches applied")                                                 \
+    X(events_stored, COUNTER, "store events in applied batches")                           \
+    X(events_removed, COUNTER, "removal events in applied batches")                        \
+    X(events_cleared, COUNTER, "clear events in applied batches")                          \
+    X(events_dropped, COUNTER, "events of an unknown type in applied batches")             \
+    X(blocks_stored, COUNTER, "blocks named by store events")                              \
+    X(blocks_removed, COUNTER, "blocks named by removal events")                           \
+    X(seq_gaps, COUNTER, "sequence numbers above the one expected")                        \
+    X(lost_batches, COUNTER, "batches that no replay gave back")                           \
+    X(replays_ok, COUNTER, "replays that covered what they asked for")                     \
+    X(replays_failed, COUNTER, "replays that timed out, were unreachable or incomplete")   \
+    X(replayed_batches, COUNTER, "batches applied from a replay")                          \
+    X(duplicates_skipped, COUNTER, "batches skipped as already applied")                   \
+    X(restarts, COUNTER, "engine restarts detected (a new sequence stream)")               \
+    X(rank_clears, COUNTER, "rank clears forced by a restart or by history gone")          \
+    X(bad_frames, COUNTER, "messages of the wrong shape")                                  \
+    X(malformed_batches, COUNTER, "batches that did not decode")
+
 typedef struct {
-    uint64_t batches;          /* batches applied */
-    uint64_t events_stored, events_removed, events_cleared, events_dropped;
-    uint64_t blocks_stored, blocks_removed;
-    uint64_t seq_gaps;
-    uint64_t lost_batches;     /* gaps that no replay covered */
-    uint64_t replays_ok, replays_failed;
-    uint64_t replayed_batches;
-    uint64_t duplicates_skipped;
-    uint64_t restarts;
-    uint64_t rank_clears;      /* clears forced by failed replays or restarts */
-    uint64_t bad_frames;
-    uint64_t malformed_batches;
-    uint64_t messages;         /* live messages received (any shape) */
+#define KVR_SOURCE_COUNTER_FIELD_(name, kind, help) uint64_t name;
+    KVR_SOURCE_COUNTERS(KVR_SOURCE_COUNTER_FIELD_)
+#undef KVR_SOURCE_COUNTER_FIELD_
 } kvr_source_counters;
+
+/* The list above in order, for renderers that loop over it. */
+extern const kvr_counter_desc kvr_source_counter_descs[];
+extern const size_t kvr_source_counter_count;
+/* a += b, every counter of the list (sums over the listeners of a worker). */
+void kvr_source_counters_add(kvr_source_counters *a, const kvr_source_counters *b);
 
 #define KVR_ENDPOINT_MAX 512
 typedef struct {

@@ -39,21 +39,44 @@ static void help(kvr_sbuf *b, const char *name, const char *type, const char *te
     kvr_sbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, text, name, type);
 }
 
+/* The HELP/TYPE lines of a counter list's gauges (its counters share one
+ * family, whose help the caller writes). */
+static void list_help(kvr_sbuf *b, const kvr_counter_desc *descs, size_t n, const char *prefix)
+{
+    char gauge[96];
+    for (size_t k = 0; k < n; k++) {
+        if (descs[k].kind != KVR_METRIC_GAUGE)
+            continue;
+        snprintf(gauge, sizeof gauge, "%s%s", prefix, descs[k].name);
+        help(b, gauge, "gauge", descs[k].help);
+    }
+}
+
+/* A counter list's values: counters are labels of `family`; each gauge is its
+ * own metric, named prefix + name. */
+static void list_values(kvr_sbuf *b, const wlabels *l, const kvr_counter_desc *descs, size_t n,
+                        const void *counters, const char *prefix, const char *family)
+{
+    for (size_t k = 0; k < n; k++) {
+        const kvr_counter_desc *d = &descs[k];
+        if (d->kind == KVR_METRIC_GAUGE)
+            kvr_sbuf_printf(b, "%s%s{" WL "} %" PRIu64 "\n", prefix, d->name, WLA(l),
+                            kvr_counter_value(counters, d));
+        else
+            kvr_sbuf_printf(b, "%s{" WL ",counter=\"%s\"} %" PRIu64 "\n", family, WLA(l),
+                            d->name, kvr_counter_value(counters, d));
+    }
+}
+
 static void worker_metrics(kvr_sbuf *b, const kvr_workers_snapshot *s)
 {
     help(b, "kvr_events_total", "counter", "KV events received, by type");
     help(b, "kvr_blocks_total", "counter", "Blocks named by received events, by operation");
     help(b, "kvr_drops_total", "counter", "Events dropped, by reason");
     help(b, "kvr_mm_total", "counter", "Media exclusion counters (SPEC 5), by name");
-    char gauge[96];
-    for (size_t k = 0; k < kvr_normalizer_counter_count; k++) {
-        const kvr_counter_desc *d = &kvr_normalizer_counter_descs[k];
-        if (d->kind != KVR_METRIC_GAUGE)
-            continue;
-        snprintf(gauge, sizeof gauge, "kvr_%s", d->name);
-        help(b, gauge, "gauge", d->help);
-    }
+    list_help(b, kvr_normalizer_counter_descs, kvr_normalizer_counter_count, "kvr_");
     help(b, "kvr_source_total", "counter", "Sequence and transport counters, by name");
+    list_help(b, kvr_source_counter_descs, kvr_source_counter_count, "kvr_source_");
     for (size_t i = 0; i < s->n_workers; i++) {
         const kvr_worker_info *wi = &s->workers[i];
         wlabels l;
@@ -80,34 +103,10 @@ static void worker_metrics(kvr_sbuf *b, const kvr_workers_snapshot *s)
         for (int d = 1; d < KVR_DROP_COUNT; d++)
             kvr_sbuf_printf(b, "kvr_drops_total{" WL ",reason=\"%s\"} %" PRIu64 "\n", WLA(&l),
                             kvr_drop_reason_name((kvr_drop_reason)d), n.drops[d]);
-        /* counters are labels of kvr_mm_total; each gauge is its own metric */
-        for (size_t k = 0; k < kvr_normalizer_counter_count; k++) {
-            const kvr_counter_desc *d = &kvr_normalizer_counter_descs[k];
-            if (d->kind == KVR_METRIC_GAUGE)
-                kvr_sbuf_printf(b, "kvr_%s{" WL "} %" PRIu64 "\n", d->name, WLA(&l),
-                                kvr_counter_value(&n, d));
-            else
-                kvr_sbuf_printf(b, "kvr_mm_total{" WL ",counter=\"%s\"} %" PRIu64 "\n",
-                                WLA(&l), d->name, kvr_counter_value(&n, d));
-        }
-        const struct {
-            const char *name;
-            uint64_t v;
-        } sc[] = {{"messages", c.messages},
-                  {"batches", c.batches},
-                  {"seq_gaps", c.seq_gaps},
-                  {"lost_batches", c.lost_batches},
-                  {"replays_ok", c.replays_ok},
-                  {"replays_failed", c.replays_failed},
-                  {"replayed_batches", c.replayed_batches},
-                  {"duplicates_skipped", c.duplicates_skipped},
-                  {"restarts", c.restarts},
-                  {"rank_clears", c.rank_clears},
-                  {"bad_frames", c.bad_frames},
-                  {"malformed_batches", c.malformed_batches}};
-        for (size_t k = 0; k < sizeof sc / sizeof sc[0]; k++)
-            kvr_sbuf_printf(b, "kvr_source_total{" WL ",counter=\"%s\"} %" PRIu64 "\n",
-                            WLA(&l), sc[k].name, sc[k].v);
+        list_values(b, &l, kvr_normalizer_counter_descs, kvr_normalizer_counter_count, &n,
+                    "kvr_", "kvr_mm_total");
+        list_values(b, &l, kvr_source_counter_descs, kvr_source_counter_count, &c,
+                    "kvr_source_", "kvr_source_total");
     }
     uint64_t by_state[KVR_LISTENER_STATE_COUNT] = {0};
     for (size_t k = 0; k < s->n_listeners; k++)

@@ -71,28 +71,14 @@ static json_t *norm_json(const kvr_normalizer_counters *c)
     return o;
 }
 
-void kvr_source_counters_add(kvr_source_counters *a, const kvr_source_counters *b)
-{
-    const uint64_t *pb = (const uint64_t *)b;
-    uint64_t *pa = (uint64_t *)a;
-    for (size_t i = 0; i < sizeof *a / sizeof(uint64_t); i++)
-        pa[i] += pb[i];
-}
-
 static json_t *source_json(const kvr_source_counters *c)
 {
-    return json_pack(
-        "{s:I,s:I,s:{s:I,s:I,s:I,s:I},s:{s:I,s:I},s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
-        "messages", (json_int_t)c->messages, "batches", (json_int_t)c->batches, "events",
-        "stored", (json_int_t)c->events_stored, "removed", (json_int_t)c->events_removed,
-        "cleared", (json_int_t)c->events_cleared, "dropped", (json_int_t)c->events_dropped,
-        "blocks", "stored", (json_int_t)c->blocks_stored, "removed",
-        (json_int_t)c->blocks_removed, "seq_gaps", (json_int_t)c->seq_gaps, "lost_batches",
-        (json_int_t)c->lost_batches, "replays_ok", (json_int_t)c->replays_ok, "replays_failed",
-        (json_int_t)c->replays_failed, "replayed_batches", (json_int_t)c->replayed_batches,
-        "duplicates_skipped", (json_int_t)c->duplicates_skipped, "restarts",
-        (json_int_t)c->restarts, "rank_clears", (json_int_t)c->rank_clears, "bad_frames",
-        (json_int_t)c->bad_frames, "malformed_batches", (json_int_t)c->malformed_batches);
+    json_t *o = json_object();
+    for (size_t k = 0; k < kvr_source_counter_count; k++) {
+        const kvr_counter_desc *d = &kvr_source_counter_descs[k];
+        json_object_set_new(o, d->name, json_integer((json_int_t)kvr_counter_value(c, d)));
+    }
+    return o;
 }
 
 static json_t *rank_obj(json_t *ranks, uint32_t rank)

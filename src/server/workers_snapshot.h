@@ -16,7 +16,5 @@ typedef struct {
 
 int kvr_workers_snapshot_take(kvr_server *srv, kvr_workers_snapshot *s);
 void kvr_workers_snapshot_free(kvr_workers_snapshot *s);
-/* a += b, field by field (sums over the listeners of one worker). */
-void kvr_source_counters_add(kvr_source_counters *a, const kvr_source_counters *b);
 
 #endif

@@ -2,6 +2,7 @@
  * socket, commands from other threads through a queue woken by an eventfd,
  * and the listener table. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,22 @@ void kvr_source_config_default(kvr_source_config *cfg)
 }
 
 kvr_indexer *kvr_source_indexer(kvr_source *src) { return src->ix; }
+
+const kvr_counter_desc kvr_source_counter_descs[] = {
+#define KVR_SOURCE_COUNTER_DESC_(name, kind, help) \
+    {#name, KVR_METRIC_##kind, help, offsetof(kvr_source_counters, name)},
+    KVR_SOURCE_COUNTERS(KVR_SOURCE_COUNTER_DESC_)
+#undef KVR_SOURCE_COUNTER_DESC_
+};
+const size_t kvr_source_counter_count =
+    sizeof kvr_source_counter_descs / sizeof kvr_source_counter_descs[0];
+
+void kvr_source_counters_add(kvr_source_counters *a, const kvr_source_counters *b)
+{
+#define KVR_SOURCE_COUNTER_ADD_(name, kind, help) a->name += b->name;
+    KVR_SOURCE_COUNTERS(KVR_SOURCE_COUNTER_ADD_)
+#undef KVR_SOURCE_COUNTER_ADD_
+}
 
 static void handle_sub(kvr_source *src, kvr_listener *l)
 {

@@ -166,9 +166,34 @@ static void test_replay_buffer_bound(void **state)
     kvr_indexer_destroy(ix);
 }
 
+/* The X-macro list is the whole struct: a field added outside the list would
+ * be neither summed nor shown in /workers and /metrics. */
+static void test_counter_list_covers_struct_and_sums(void **state)
+{
+    (void)state;
+    assert_int_equal(sizeof(kvr_source_counters), kvr_source_counter_count * sizeof(uint64_t));
+    kvr_source_counters a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    for (size_t k = 0; k < kvr_source_counter_count; k++) {
+        const kvr_counter_desc *d = &kvr_source_counter_descs[k];
+        assert_non_null(d->help);
+        assert_true(d->kind == KVR_METRIC_COUNTER || d->kind == KVR_METRIC_GAUGE);
+        *(uint64_t *)((char *)&b + d->offset) = 10 + k;
+        for (size_t j = 0; j < k; j++)
+            assert_true(strcmp(kvr_source_counter_descs[j].name, d->name) != 0);
+    }
+    kvr_source_counters_add(&a, &b);
+    kvr_source_counters_add(&a, &b);
+    for (size_t k = 0; k < kvr_source_counter_count; k++)
+        assert_int_equal(kvr_counter_value(&a, &kvr_source_counter_descs[k]), 2 * (10 + k));
+    assert_int_equal(a.lost_batches, 2 * b.lost_batches);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_counter_list_covers_struct_and_sums),
         cmocka_unit_test(test_registry_changes_under_flood),
         cmocka_unit_test(test_replay_buffer_bound),
     };
