@@ -4,6 +4,7 @@
 #ifndef KVROUTER_SERVER_H
 #define KVROUTER_SERVER_H
 
+#include "kvrouter/registry.h"
 #include "kvrouter/route.h"
 #include "kvrouter/source.h"
 
@@ -26,8 +27,13 @@ typedef struct {
     size_t n_peers;
     kvr_source_config source;  /* zeros -> defaults */
     kvr_router_config router;  /* filled by kvr_server_config_default */
-    /* JSON array of /register objects registered before listeners start
-     * (borrowed; NULL for none). */
+    kvr_registry_config registry; /* zeros -> no worker limit */
+    /* Registered before HTTP starts, in order (borrowed); each keeps its
+     * origin. A failure stops the start with the entry's error. */
+    const kvr_registration *workers;
+    size_t n_workers;
+    /* JSON array of /register objects registered after `workers`, with
+     * origin "config" (borrowed; NULL for none). */
     const char *workers_json;
 } kvr_server_config;
 
@@ -39,9 +45,13 @@ kvr_server *kvr_server_start(const kvr_server_config *cfg, char *err, size_t err
 int kvr_server_port(const kvr_server *srv);
 void kvr_server_stop(kvr_server *srv);
 
-/* Register one worker as POST /register would; returns the HTTP status and
- * sets *reply (caller json_decref's) when reply != NULL. body is a JSON
- * object text. Used by the CLI for --workers / --config. */
+/* The server's registry: register and unregister workers from C exactly as
+ * POST /register and /unregister do (include/kvrouter/registry.h). */
+kvr_registry *kvr_server_registry(kvr_server *srv);
+
+/* Registers one worker from a /register JSON object text, as POST /register
+ * does (origin "http"). Returns the HTTP status it would answer; on >= 400
+ * err holds the reason (naming the field), else err is "". */
 int kvr_server_register_json(kvr_server *srv, const char *body, char *err, size_t err_len);
 
 /* Peer recovery: load one /dump body (JSON lines or a JSON array of store

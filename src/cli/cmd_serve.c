@@ -11,6 +11,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "kvrouter/server.h"
+#include "util/grow.h"
 
 /* --help; bad arguments get one line on stderr instead */
 static int usage(void)
@@ -35,7 +36,10 @@ static int usage(void)
 }
 
 typedef struct {
-    json_t *workers; /* array of /register objects */
+    json_t *workers; /* --config: array of /register objects */
+    kvr_registration *workers_cli; /* --workers */
+    size_t n_workers, cap_workers;
+    char *workers_buf;
     char *peers_csv;
     const char *peer_list[64];
     size_t n_peers;
@@ -58,47 +62,47 @@ static int parse_listen(const char *s, kvr_server_config *cfg, char *addr_buf, s
     return 0;
 }
 
-/* "id[:rank]=endpoint,..." -> /register objects. */
-static int parse_workers(const char *spec, const char *model, long block_size, const char *replay,
-                         json_t *out)
+/* "id[:rank]=endpoint,..." -> registrations (strings point into o->workers_buf). */
+static int parse_workers(serve_opts *o, const char *spec, const char *model, long block_size,
+                         const char *replay)
 {
-    char *copy = strdup(spec);
-    if (!copy)
+    o->workers_buf = strdup(spec);
+    if (!o->workers_buf)
         return -1;
-    int rc = 0;
     char *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    for (char *tok = strtok_r(o->workers_buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(tok, '=');
         if (!eq) {
             fprintf(stderr, "kvrouter serve: --workers entry '%s' lacks '=endpoint'\n", tok);
-            rc = -1;
-            break;
+            return -1;
         }
         *eq = 0;
         char *colon = strchr(tok, ':');
-        long long rank = 0;
-        if (colon) {
+        uint64_t id = 0, rank = 0;
+        if (colon)
             *colon = 0;
-            char *e;
-            rank = strtoll(colon + 1, &e, 10);
-            if (*e || rank < 0) {
-                fprintf(stderr, "kvrouter serve: bad rank in --workers entry '%s'\n", tok);
-                rc = -1;
-                break;
-            }
+        if (kvr_cli_parse_u64(tok, 0, UINT64_MAX, &id) != 0) {
+            fprintf(stderr, "kvrouter serve: bad instance id in --workers entry '%s'\n", tok);
+            return -1;
         }
-        json_t *w = json_pack("{s:s,s:s,s:I}", "instance_id", tok, "endpoint", eq + 1, "dp_rank",
-                              (json_int_t)rank);
-        if (model)
-            json_object_set_new(w, "model_name", json_string(model));
-        if (block_size > 0)
-            json_object_set_new(w, "block_size", json_integer(block_size));
-        if (replay)
-            json_object_set_new(w, "replay_endpoint", json_string(replay));
-        json_array_append_new(out, w);
+        if (colon && kvr_cli_parse_u64(colon + 1, 0, KVR_MAX_DP_RANKS - 1, &rank) != 0) {
+            fprintf(stderr, "kvrouter serve: bad rank in --workers entry '%s'\n", tok);
+            return -1;
+        }
+        if (KVR_GROW(o->workers_cli, o->cap_workers, o->n_workers + 1) != 0)
+            return -1;
+        kvr_registration *r = &o->workers_cli[o->n_workers++];
+        memset(r, 0, sizeof *r);
+        r->settings.model_name = model;
+        r->settings.worker_id = id;
+        r->settings.block_size = (uint32_t)block_size;
+        r->settings.accepts_mm_hashes = -1;
+        r->dp_rank = (uint32_t)rank;
+        r->endpoint = eq + 1;
+        r->replay_endpoint = replay;
+        r->origin = KVR_ORIGIN_CLI;
     }
-    free(copy);
-    return rc;
+    return 0;
 }
 
 static void split_peers(serve_opts *o, const char *csv)
@@ -253,7 +257,7 @@ int kvr_cmd_serve(int argc, char **argv)
             fprintf(stderr, "kvrouter serve: --workers needs --model-name and --block-size\n");
             goto out;
         }
-        if (parse_workers(workers_spec, model, block_size, replay, o.workers) != 0)
+        if (parse_workers(&o, workers_spec, model, block_size, replay) != 0)
             goto out;
     }
     for (size_t i = 0; i < n_router_opts; i++) {
@@ -280,6 +284,8 @@ int kvr_cmd_serve(int argc, char **argv)
     }
     cfg.peers = o.peer_list;
     cfg.n_peers = o.n_peers;
+    cfg.workers = o.workers_cli;
+    cfg.n_workers = o.n_workers;
     char *wj = json_dumps(o.workers, JSON_COMPACT);
     cfg.workers_json = wj;
 
@@ -300,7 +306,7 @@ int kvr_cmd_serve(int argc, char **argv)
         goto out;
     }
     printf("kvrouter: listening on http://%s:%d (%zu workers from the command line/config)\n",
-           cfg.listen_addr, kvr_server_port(srv), json_array_size(o.workers));
+           cfg.listen_addr, kvr_server_port(srv), o.n_workers + json_array_size(o.workers));
     fflush(stdout);
     int sig = 0;
     sigwait(&set, &sig);
@@ -309,6 +315,8 @@ int kvr_cmd_serve(int argc, char **argv)
     rc = 0;
 out:
     json_decref(o.workers);
+    free(o.workers_buf);
+    free(o.workers_cli);
     free(o.peers_csv);
     return rc;
 }

@@ -1,6 +1,9 @@
-/* POST /register and POST /unregister: the worker registry. Every change
- * runs on the ingest thread (kvr_source_run) so a worker's handle is never
- * freed or reset under a batch being applied. */
+/* POST /register and POST /unregister: JSON <-> the registry's settings
+ * structs. The rules (SPEC §5 rule 9, which registrations an unregistration
+ * removes) are the registry's (include/kvrouter/registry.h); this file only
+ * reads fields, naming the bad one, and writes replies. The same parser
+ * reads --config workers, so a config entry and a /register body are one
+ * format. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -8,211 +11,147 @@
 #include "server/json_util.h"
 #include "server/server_internal.h"
 
-typedef struct {
-    kvr_worker_settings s;
-    uint64_t rank;
-    const char *endpoint, *replay_endpoint, *topic;
-    /* results */
-    kvr_reg_result res;
-    int listen_rc;
-    const char *bad_field; /* endpoint that cannot be connected: nothing changed */
-    kvr_worker_info info;
-} reg_op;
-
-static void do_register(kvr_source *src, void *arg)
+bool kvr_api_parse_registration(json_t *body, kvr_origin origin, kvr_registration *reg,
+                                kvr_json_err *e)
 {
-    reg_op *op = arg;
-    kvr_indexer *ix = kvr_source_indexer(src);
-    kvr_worker *w = NULL;
-    if (!kvr_source_endpoint_valid(src, op->endpoint)) {
-        op->bad_field = "endpoint";
-        return;
+    memset(reg, 0, sizeof *reg);
+    uint64_t bs = 0, rank = 0;
+    const char *mm = NULL;
+    bool accepts = false, accepts_set = false, eagle = false;
+    kvr_worker_settings *s = &reg->settings;
+    s->routing_group = KVR_DEFAULT_ROUTING_GROUP;
+    reg->origin = origin;
+    if (!json_is_object(body)) {
+        snprintf(e->msg, sizeof e->msg, "a registration must be a JSON object");
+        return false;
     }
-    if (op->replay_endpoint[0] && !kvr_source_endpoint_valid(src, op->replay_endpoint)) {
-        op->bad_field = "replay_endpoint";
-        return;
+    if (!kvr_json_get_u64(body, "instance_id", true, &s->worker_id, e) ||
+        !kvr_json_get_str(body, "endpoint", true, true, KVR_ENDPOINT_MAX, &reg->endpoint, e) ||
+        !kvr_json_get_str(body, "model_name", true, true, KVR_NAME_MAX, &s->model_name, e) ||
+        !kvr_json_get_uint(body, "block_size", true, 1, KVR_MAX_BLOCK_SIZE, &bs, e) ||
+        !kvr_json_get_str(body, "routing_group", false, true, KVR_NAME_MAX, &s->routing_group,
+                          e) ||
+        !kvr_json_get_uint(body, "dp_rank", false, 0, KVR_MAX_DP_RANKS - 1, &rank, e) ||
+        !kvr_json_get_str(body, "replay_endpoint", false, false, KVR_ENDPOINT_MAX,
+                          &reg->replay_endpoint, e) ||
+        !kvr_json_get_str(body, "topic", false, false, KVR_NAME_MAX, &reg->topic, e) ||
+        !kvr_json_get_str(body, "lora_name", false, false, KVR_NAME_MAX, &s->lora_name, e) ||
+        !kvr_json_get_str(body, "mm_identity", false, false, 64, &mm, e) ||
+        !kvr_json_get_bool(body, "accepts_mm_hashes", &accepts_set, &accepts, e) ||
+        !kvr_json_get_bool(body, "is_eagle", NULL, &eagle, e))
+        return false;
+    s->block_size = (uint32_t)bs;
+    reg->dp_rank = (uint32_t)rank;
+    s->is_eagle = eagle;
+    s->accepts_mm_hashes = accepts_set ? (accepts ? 1 : 0) : -1;
+    s->mm_identity = KVR_MM_LEGACY;
+    if (mm && mm[0]) {
+        int m = kvr_mm_identity_from_name(mm);
+        if (m < 0) {
+            snprintf(e->msg, sizeof e->msg,
+                     "field 'mm_identity' must be \"legacy\", \"engine_wide\" or \"auto\"");
+            return false;
+        }
+        s->mm_identity = (kvr_mm_identity)m;
     }
-    kvr_worker *existed = kvr_indexer_find(ix, op->s.model_name, op->s.routing_group,
-                                           op->s.worker_id);
-    op->res = kvr_indexer_register(ix, &op->s, &w);
-    if (!w)
-        return;
-    if (op->res == KVR_REG_RESET)
-        kvr_source_reset_cursors(src, w);
-    op->listen_rc = kvr_source_listen(src, w, op->s.worker_id, (uint32_t)op->rank, op->endpoint,
-                                      op->replay_endpoint, op->topic);
-    if (op->listen_rc < 0 && !existed && kvr_source_count(src, w) == 0)
-        kvr_indexer_unregister(ix, w); /* nothing half-registered stays behind */
-    else
-        kvr_worker_info_get(ix, w, &op->info);
+    return true;
+}
+
+int kvr_api_registry_status(kvr_registry_result r)
+{
+    switch (r) {
+    case KVR_REGISTRY_CREATED: return 201;
+    case KVR_REGISTRY_UNCHANGED:
+    case KVR_REGISTRY_UPDATED:
+    case KVR_REGISTRY_RESET:
+    case KVR_REGISTRY_LISTENER_RESTARTED: return 200;
+    case KVR_REGISTRY_INVALID: return 400;
+    case KVR_REGISTRY_BLOCK_SIZE_CONFLICT: return 409;
+    case KVR_REGISTRY_WORKER_LIMIT: return 503;
+    case KVR_REGISTRY_STOPPED: return 503;
+    case KVR_REGISTRY_NO_MEMORY:
+    case KVR_REGISTRY_RESULT_COUNT: break;
+    }
+    return 500;
 }
 
 void kvr_api_register(kvr_server *srv, json_t *body, kvr_api_reply *reply)
 {
-    reg_op op;
-    memset(&op, 0, sizeof op);
+    kvr_registration reg;
     kvr_json_err e = {{0}};
-    uint64_t bs = 0;
-    const char *mm = NULL;
-    bool accepts = false, accepts_set = false, eagle = false;
-    op.s.routing_group = KVR_DEFAULT_ROUTING_GROUP;
-    op.s.accepts_mm_hashes = -1;
-    op.topic = "";
-    op.replay_endpoint = "";
-    if (!kvr_json_get_u64(body, "instance_id", true, &op.s.worker_id, &e) ||
-        !kvr_json_get_str(body, "endpoint", true, true, KVR_ENDPOINT_MAX, &op.endpoint, &e) ||
-        !kvr_json_get_str(body, "model_name", true, true, KVR_NAME_MAX, &op.s.model_name, &e) ||
-        !kvr_json_get_uint(body, "block_size", true, 1, KVR_MAX_BLOCK_SIZE, &bs, &e) ||
-        !kvr_json_get_str(body, "routing_group", false, true, KVR_NAME_MAX, &op.s.routing_group,
-                          &e) ||
-        !kvr_json_get_uint(body, "dp_rank", false, 0, KVR_MAX_DP_RANKS - 1, &op.rank, &e) ||
-        !kvr_json_get_str(body, "replay_endpoint", false, false, KVR_ENDPOINT_MAX,
-                          &op.replay_endpoint, &e) ||
-        !kvr_json_get_str(body, "topic", false, false, KVR_NAME_MAX, &op.topic, &e) ||
-        !kvr_json_get_str(body, "lora_name", false, false, KVR_NAME_MAX, &op.s.lora_name, &e) ||
-        !kvr_json_get_str(body, "mm_identity", false, false, 64, &mm, &e) ||
-        !kvr_json_get_bool(body, "accepts_mm_hashes", &accepts_set, &accepts, &e) ||
-        !kvr_json_get_bool(body, "is_eagle", NULL, &eagle, &e)) {
+    if (!kvr_api_parse_registration(body, KVR_ORIGIN_HTTP, &reg, &e)) {
         kvr_api_error(reply, 400, "%s", e.msg);
         return;
     }
-    op.s.block_size = (uint32_t)bs;
-    op.s.is_eagle = eagle;
-    op.s.accepts_mm_hashes = accepts_set ? (accepts ? 1 : 0) : -1;
-    op.s.mm_identity = KVR_MM_LEGACY;
-    if (mm && mm[0]) {
-        int m = kvr_mm_identity_from_name(mm);
-        if (m < 0) {
-            kvr_api_error(reply, 400,
-                          "field 'mm_identity' must be \"legacy\", \"engine_wide\" or \"auto\"");
-            return;
-        }
-        op.s.mm_identity = (kvr_mm_identity)m;
-    }
-    if (strncmp(op.endpoint, "tcp://", 6) != 0 && strncmp(op.endpoint, "ipc://", 6) != 0 &&
-        strncmp(op.endpoint, "inproc://", 9) != 0) {
-        kvr_api_error(reply, 400, "field 'endpoint' must be a ZeroMQ endpoint (tcp://host:port)");
+    kvr_registry_reply out;
+    kvr_registry_result res = kvr_registry_register(srv->registry, &reg, &out);
+    if (!kvr_registry_result_ok(res)) {
+        kvr_api_error(reply, kvr_api_registry_status(res), "%s", out.error);
+        if (res == KVR_REGISTRY_WORKER_LIMIT)
+            json_object_set_new(reply->body, "limit", json_string("max_workers"));
         return;
     }
-    if (kvr_source_run(srv->src, do_register, &op) != 0) {
-        kvr_api_error(reply, 503, "ingest thread is not running");
-        return;
-    }
-    if (op.bad_field) {
-        kvr_api_error(reply, 400, "field '%s': cannot connect a ZeroMQ socket to '%s'",
-                      op.bad_field,
-                      strcmp(op.bad_field, "endpoint") == 0 ? op.endpoint : op.replay_endpoint);
-        return;
-    }
-    switch (op.res) {
-    case KVR_REG_BLOCK_SIZE_CONFLICT:
-        kvr_api_error(reply, 409,
-                      "field 'block_size': %" PRIu64 " conflicts with block size %u already "
-                      "registered for model '%s' group '%s'",
-                      bs, kvr_indexer_block_size(srv->ix, op.s.model_name, op.s.routing_group),
-                      op.s.model_name, op.s.routing_group);
-        return;
-    case KVR_REG_INVALID:
-        /* Every field the facade checks was validated above with its own
-         * message, so what is left is an allocation failure. */
-        kvr_api_error(reply, 500, "cannot register the worker: out of memory");
-        return;
-    default:
-        break;
-    }
-    if (op.listen_rc < 0) {
-        kvr_api_error(reply, 400, "field 'endpoint' (or 'replay_endpoint'/'topic'): cannot "
-                                  "connect a ZeroMQ socket to '%s'", op.endpoint);
-        return;
-    }
-    bool created = op.res == KVR_REG_CREATED || op.listen_rc == 1;
-    const char *status = created                     ? "created"
-                         : op.res == KVR_REG_RESET   ? "reset"
-                         : op.res == KVR_REG_UPDATED ? "updated"
-                         : op.listen_rc == 2         ? "listener_restarted"
-                                                     : "unchanged";
-    reply->status = created ? 201 : 200;
+    const kvr_worker_settings *s = &reg.settings;
+    reply->status = kvr_api_registry_status(res);
     reply->body = json_pack(
-        "{s:s,s:o,s:I,s:s,s:s,s:I,s:s,s:b,s:b,s:b}", "status", status, "instance_id",
-        kvr_json_u64_num(op.s.worker_id), "dp_rank", (json_int_t)op.rank, "model_name",
-        op.s.model_name, "routing_group", op.s.routing_group, "block_size", (json_int_t)bs,
-        "mm_identity", kvr_mm_identity_name(op.info.mm_identity), "accepts_mm_hashes",
-        op.info.accepts_mm_hashes, "is_eagle", op.info.is_eagle, "reset",
-        op.res == KVR_REG_RESET);
-    if (op.res == KVR_REG_RESET)
+        "{s:s,s:o,s:I,s:s,s:s,s:I,s:s,s:b,s:b,s:b}", "status", kvr_registry_result_name(res),
+        "instance_id", kvr_json_u64_num(s->worker_id), "dp_rank", (json_int_t)reg.dp_rank,
+        "model_name", s->model_name, "routing_group", s->routing_group, "block_size",
+        (json_int_t)s->block_size, "mm_identity", kvr_mm_identity_name(out.mm_identity),
+        "accepts_mm_hashes", out.accepts_mm_hashes, "is_eagle", out.is_eagle, "reset",
+        out.reset);
+    if (out.reset)
         json_object_set_new(reply->body, "message",
                             json_string("settings changed (block size, mm_identity, eagle or "
                                         "lora): the worker's indexed state and normalizers were "
                                         "cleared"));
-    if (op.listen_rc == 2)
+    if (out.listener_restarted)
         json_object_set_new(reply->body, "listener_restarted", json_true());
-}
-
-typedef struct {
-    const char *model, *group;
-    uint64_t id;
-    bool has_rank;
-    uint64_t rank;
-    int status; /* 200 or 404 */
-    size_t stopped;
-} unreg_op;
-
-static void do_unregister(kvr_source *src, void *arg)
-{
-    unreg_op *op = arg;
-    kvr_indexer *ix = kvr_source_indexer(src);
-    kvr_worker *w = kvr_indexer_find(ix, op->model, op->group, op->id);
-    op->status = 404;
-    if (!w)
-        return;
-    if (op->has_rank) {
-        op->stopped = kvr_source_unlisten(src, w, (uint32_t)op->rank);
-        bool had_state = kvr_indexer_unregister_rank(ix, w, (uint32_t)op->rank);
-        if (op->stopped == 0 && !had_state)
-            return;
-        if (kvr_source_count(src, w) == 0)
-            kvr_indexer_unregister(ix, w);
-    } else {
-        op->stopped = kvr_source_unlisten(src, w, UINT32_MAX);
-        kvr_indexer_unregister(ix, w);
-    }
-    op->status = 200;
 }
 
 void kvr_api_unregister(kvr_server *srv, json_t *body, kvr_api_reply *reply)
 {
-    unreg_op op;
-    memset(&op, 0, sizeof op);
-    op.group = KVR_DEFAULT_ROUTING_GROUP;
+    kvr_unregistration u;
+    memset(&u, 0, sizeof u);
+    uint64_t rank = 0;
+    u.routing_group = KVR_DEFAULT_ROUTING_GROUP;
     kvr_json_err e = {{0}};
-    if (!kvr_json_get_u64(body, "instance_id", true, &op.id, &e) ||
-        !kvr_json_get_str(body, "model_name", true, true, KVR_NAME_MAX, &op.model, &e) ||
-        !kvr_json_get_str(body, "routing_group", false, true, KVR_NAME_MAX, &op.group, &e) ||
-        !kvr_json_get_uint(body, "dp_rank", false, 0, KVR_MAX_DP_RANKS - 1, &op.rank, &e)) {
+    if (!kvr_json_get_u64(body, "instance_id", true, &u.worker_id, &e) ||
+        !kvr_json_get_str(body, "model_name", true, true, KVR_NAME_MAX, &u.model_name, &e) ||
+        !kvr_json_get_str(body, "routing_group", false, true, KVR_NAME_MAX, &u.routing_group,
+                          &e) ||
+        !kvr_json_get_uint(body, "dp_rank", false, 0, KVR_MAX_DP_RANKS - 1, &rank, &e)) {
         kvr_api_error(reply, 400, "%s", e.msg);
         return;
     }
     json_t *r = json_object_get(body, "dp_rank");
-    op.has_rank = r && !json_is_null(r);
-    if (kvr_source_run(srv->src, do_unregister, &op) != 0) {
-        kvr_api_error(reply, 503, "ingest thread is not running");
-        return;
-    }
-    if (op.status == 404) {
-        if (op.has_rank)
+    u.has_rank = r && !json_is_null(r);
+    u.dp_rank = (uint32_t)rank;
+    kvr_unregister_reply out;
+    switch (kvr_registry_unregister(srv->registry, &u, &out)) {
+    case KVR_UNREG_REMOVED:
+        break;
+    case KVR_UNREG_NOT_FOUND:
+        if (u.has_rank)
             kvr_api_error(reply, 404,
-                          "field 'dp_rank': rank %" PRIu64 " of instance_id %" PRIu64
+                          "field 'dp_rank': rank %" PRIu32 " of instance_id %" PRIu64
                           " is not registered for model '%s' group '%s'",
-                          op.rank, op.id, op.model, op.group);
+                          u.dp_rank, u.worker_id, u.model_name, u.routing_group);
         else
             kvr_api_error(reply, 404,
                           "field 'instance_id': %" PRIu64
                           " is not registered for model '%s' group '%s'",
-                          op.id, op.model, op.group);
+                          u.worker_id, u.model_name, u.routing_group);
+        return;
+    case KVR_UNREG_STOPPED:
+        kvr_api_error(reply, 503, "ingest thread is not running");
+        return;
+    default:
+        kvr_api_error(reply, 500, "cannot unregister: out of memory");
         return;
     }
     reply->status = 200;
     reply->body = json_pack("{s:s,s:o,s:I}", "status", "unregistered", "instance_id",
-                            kvr_json_u64_num(op.id), "listeners_stopped",
-                            (json_int_t)op.stopped);
+                            kvr_json_u64_num(u.worker_id), "listeners_stopped",
+                            (json_int_t)out.listeners_stopped);
 }

@@ -59,33 +59,34 @@ static bool parse_body(const char *buf, size_t len, const kvr_json_body_opts *op
     return true;
 }
 
-static kvr_endpoint *add_endpoint(kvr_server *srv, const char *method, const char *path,
-                                  kvr_api_fn fn)
-{
-    kvr_endpoint *e = &srv->endpoints[srv->n_endpoints++];
-    e->method = method;
-    e->path = path;
-    e->fn = fn;
-    return e;
-}
+/* Every endpoint, one row each. Rows without a handler answer 501. */
+const kvr_endpoint_def kvr_endpoint_table[] = {
+    {"POST", "/register", kvr_api_register, NULL, NULL, KVR_ACCESS_ADMIN},
+    {"POST", "/unregister", kvr_api_unregister, NULL, NULL, KVR_ACCESS_ADMIN},
+    {"GET", "/workers", kvr_api_workers, NULL, NULL, KVR_ACCESS_OPEN},
+    {"POST", "/query", NULL, kvr_api_query, &kvr_api_route_body_opts, KVR_ACCESS_QUERY},
+    {"POST", "/query_by_hash", kvr_api_query_by_hash, NULL, NULL, KVR_ACCESS_QUERY},
+    {"POST", "/route", NULL, kvr_api_route, &kvr_api_route_body_opts, KVR_ACCESS_QUERY},
+    {"POST", "/prefill_done", kvr_api_prefill_done, NULL, NULL, KVR_ACCESS_QUERY},
+    {"POST", "/free", kvr_api_free, NULL, NULL, KVR_ACCESS_QUERY},
+    {"GET", "/dump", kvr_api_dump, NULL, NULL, KVR_ACCESS_ADMIN},
+    {"GET", "/health", kvr_api_health, NULL, NULL, KVR_ACCESS_OPEN},
+    {"GET", "/metrics", kvr_api_metrics, NULL, NULL, KVR_ACCESS_OPEN},
+};
+const size_t kvr_endpoint_table_len = sizeof kvr_endpoint_table / sizeof kvr_endpoint_table[0];
 
-void kvr_http_init_endpoints(kvr_server *srv)
+int kvr_http_init_endpoints(kvr_server *srv)
 {
-    add_endpoint(srv, "POST", "/register", kvr_api_register);
-    add_endpoint(srv, "POST", "/unregister", kvr_api_unregister);
-    add_endpoint(srv, "GET", "/workers", kvr_api_workers);
-    kvr_endpoint *e = add_endpoint(srv, "POST", "/query", NULL);
-    e->body_fn = kvr_api_query;
-    e->opts = &kvr_api_route_body_opts;
-    add_endpoint(srv, "POST", "/query_by_hash", kvr_api_query_by_hash);
-    e = add_endpoint(srv, "POST", "/route", NULL);
-    e->body_fn = kvr_api_route;
-    e->opts = &kvr_api_route_body_opts;
-    add_endpoint(srv, "POST", "/prefill_done", kvr_api_prefill_done);
-    add_endpoint(srv, "POST", "/free", kvr_api_free);
-    add_endpoint(srv, "GET", "/dump", kvr_api_dump);
-    add_endpoint(srv, "GET", "/health", kvr_api_health);
-    add_endpoint(srv, "GET", "/metrics", kvr_api_metrics);
+    srv->endpoints = calloc(kvr_endpoint_table_len, sizeof *srv->endpoints);
+    if (!srv->endpoints)
+        return -1;
+    for (size_t i = 0; i < kvr_endpoint_table_len; i++) {
+        srv->endpoints[i].def = &kvr_endpoint_table[i];
+        srv->endpoints[i].method = kvr_endpoint_table[i].method;
+        srv->endpoints[i].path = kvr_endpoint_table[i].path;
+    }
+    srv->n_endpoints = kvr_endpoint_table_len;
+    return 0;
 }
 
 static void observe(kvr_endpoint *e, double secs, int status)
@@ -160,18 +161,20 @@ static void dispatch(kvr_server *srv, struct MHD_Connection *conn, const char *u
         kvr_api_error(reply, 405, "method %s not allowed on %s", method, url);
         return;
     }
+    /* Authentication (SPEC §12) belongs here: one check of def->access. */
+    const kvr_endpoint_def *def = match->def;
     double t0 = kvr_source_now();
     if (rc->too_large) {
         atomic_fetch_add(&srv->requests_413, 1);
         kvr_api_error(reply, 413, "request body larger than the limit of %zu bytes",
                       srv->max_body);
-    } else if (!match->fn && !match->body_fn) {
+    } else if (!def->fn && !def->body_fn) {
         kvr_api_error(reply, 501, "%s is not built into this server", url);
-    } else if (match->body_fn) {
+    } else if (def->body_fn) {
         kvr_json_body jb;
-        if (parse_body(rc->buf, rc->len, match->opts, &jb, reply)) {
+        if (parse_body(rc->buf, rc->len, def->opts, &jb, reply)) {
             reply->status = 200;
-            match->body_fn(srv, &jb, reply);
+            def->body_fn(srv, &jb, reply);
             kvr_json_body_free(&jb);
         }
     } else {
@@ -187,7 +190,7 @@ static void dispatch(kvr_server *srv, struct MHD_Connection *conn, const char *u
         }
         if (body) {
             reply->status = 200;
-            match->fn(srv, body, reply);
+            def->fn(srv, body, reply);
             json_decref(body);
         }
     }

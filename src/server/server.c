@@ -13,6 +13,7 @@ long kvr_server_fetch_peer(kvr_server *srv, const char *base_url, char *err, siz
 kvr_indexer *kvr_server_indexer(kvr_server *srv) { return srv->ix; }
 struct kvr_router *kvr_server_router(kvr_server *srv) { return srv->router; }
 int kvr_server_port(const kvr_server *srv) { return srv->port; }
+kvr_registry *kvr_server_registry(kvr_server *srv) { return srv->registry; }
 
 void kvr_server_config_default(kvr_server_config *cfg)
 {
@@ -88,12 +89,12 @@ int kvr_server_register_json(kvr_server *srv, const char *body, char *err, size_
     json_error_t jerr;
     json_t *j = json_loads(body, JSON_REJECT_DUPLICATES, &jerr);
     if (!j || !json_is_object(j)) {
-        snprintf(err, err_len, "worker registration is not a JSON object: %s", jerr.text);
+        snprintf(err, err_len, "worker registration is not a JSON object: %s",
+                 j ? "not an object" : jerr.text);
         json_decref(j);
         return 400;
     }
     kvr_api_reply reply = {0};
-    reply.status = 200;
     kvr_api_register(srv, j, &reply);
     json_decref(j);
     if (reply.status >= 400) {
@@ -107,7 +108,17 @@ int kvr_server_register_json(kvr_server *srv, const char *body, char *err, size_
     return reply.status;
 }
 
-static int register_workers(kvr_server *srv, const char *text, char *err, size_t err_len)
+static int register_one(kvr_server *srv, const kvr_registration *reg, const char *what,
+                        size_t i, char *err, size_t err_len)
+{
+    kvr_registry_reply out;
+    if (kvr_registry_result_ok(kvr_registry_register(srv->registry, reg, &out)))
+        return 0;
+    snprintf(err, err_len, "%s[%zu]: %s", what, i, out.error);
+    return -1;
+}
+
+static int register_workers_json(kvr_server *srv, const char *text, char *err, size_t err_len)
 {
     json_error_t jerr;
     json_t *arr = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
@@ -118,19 +129,32 @@ static int register_workers(kvr_server *srv, const char *text, char *err, size_t
     }
     size_t i;
     json_t *w;
+    int rc = 0;
     json_array_foreach(arr, i, w)
     {
-        char *one = json_dumps(w, JSON_COMPACT | JSON_ENCODE_ANY);
-        char e[300];
-        int st = one ? kvr_server_register_json(srv, one, e, sizeof e) : 500;
-        free(one);
-        if (st >= 400) {
-            snprintf(err, err_len, "workers[%zu]: %s", i, e);
-            json_decref(arr);
-            return -1;
+        kvr_registration reg;
+        kvr_json_err e = {{0}};
+        if (!kvr_api_parse_registration(w, KVR_ORIGIN_CONFIG, &reg, &e)) {
+            snprintf(err, err_len, "workers[%zu]: %s", i, e.msg);
+            rc = -1;
+        } else {
+            rc = register_one(srv, &reg, "workers", i, err, err_len);
         }
+        if (rc != 0)
+            break;
     }
     json_decref(arr);
+    return rc;
+}
+
+static int register_initial(kvr_server *srv, const kvr_server_config *cfg, char *err,
+                            size_t err_len)
+{
+    for (size_t i = 0; i < cfg->n_workers; i++)
+        if (register_one(srv, &cfg->workers[i], "workers", i, err, err_len) != 0)
+            return -1;
+    if (cfg->workers_json)
+        return register_workers_json(srv, cfg->workers_json, err, err_len);
     return 0;
 }
 
@@ -148,11 +172,11 @@ kvr_server *kvr_server_start(const kvr_server_config *cfg_in, char *err, size_t 
     }
     srv->max_body = cfg.max_body ? cfg.max_body : KVR_DEFAULT_MAX_BODY;
     srv->started_at = kvr_source_now();
-    kvr_http_init_endpoints(srv);
-    srv->ix = kvr_indexer_create();
+    srv->ix = kvr_http_init_endpoints(srv) == 0 ? kvr_indexer_create() : NULL;
     srv->router = srv->ix ? kvr_router_create(srv->ix, &cfg.router) : NULL;
     srv->src = srv->router ? kvr_source_create(srv->ix, &cfg.source) : NULL;
-    srv->sweeper = srv->src ? kvr_sweeper_start(srv) : NULL;
+    srv->registry = srv->src ? kvr_registry_create(srv->src, &cfg.registry) : NULL;
+    srv->sweeper = srv->registry ? kvr_sweeper_start(srv) : NULL;
     if (!srv->sweeper) {
         snprintf(err, err_len, "cannot create indexer, router, sources or sweeper");
         kvr_server_stop(srv);
@@ -167,7 +191,7 @@ kvr_server *kvr_server_start(const kvr_server_config *cfg_in, char *err, size_t 
         else
             fprintf(stderr, "kvrouter: peer %s: loaded %ld store records\n", cfg.peers[i], n);
     }
-    if (cfg.workers_json && register_workers(srv, cfg.workers_json, err, err_len) != 0) {
+    if (register_initial(srv, &cfg, err, err_len) != 0) {
         kvr_server_stop(srv);
         return NULL;
     }
@@ -187,7 +211,9 @@ void kvr_server_stop(kvr_server *srv)
     kvr_http_stop(srv);
     kvr_sweeper_stop(srv->sweeper);
     kvr_source_destroy(srv->src);
+    kvr_registry_destroy(srv->registry);
     kvr_router_destroy(srv->router);
     kvr_indexer_destroy(srv->ix);
+    free(srv->endpoints);
     free(srv);
 }

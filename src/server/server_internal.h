@@ -6,24 +6,42 @@
 
 #include "kvrouter/server.h"
 #include "server/api.h"
+#include "server/json_util.h"
 
 /* Latency histogram buckets (seconds) of every endpoint. */
 #define KVR_LAT_BUCKETS 14
 extern const double kvr_lat_bounds[KVR_LAT_BUCKETS];
 
+/* Who may call an endpoint (SPEC §12). Authentication, when configured,
+ * is one check of this class before dispatch. */
+typedef enum {
+    KVR_ACCESS_OPEN = 0, /* /health, /ready, /metrics, /workers: always open */
+    KVR_ACCESS_QUERY,    /* /query /query_by_hash /route /prefill_done /free: open unless --auth all */
+    KVR_ACCESS_ADMIN     /* mutating and bulk: /register /unregister /dump /reopen_logs ... */
+} kvr_access;
+
+/* One row of the endpoint table (http.c): adding an endpoint is one row. */
 typedef struct {
     const char *method;
     const char *path;
-    kvr_api_fn fn;                     /* NULL (and no body_fn): not built (501) */
+    kvr_api_fn fn;                     /* plain handler: body as a jansson tree */
     kvr_api_body_fn body_fn;           /* set: called instead of fn with the parsed body */
     const kvr_json_body_opts *opts;    /* body_fn's parse options (json_body.h) */
+    kvr_access access;
+} kvr_endpoint_def;
+
+extern const kvr_endpoint_def kvr_endpoint_table[];
+extern const size_t kvr_endpoint_table_len;
+
+/* A server's counters of one table row. */
+typedef struct {
+    const kvr_endpoint_def *def;
+    const char *method, *path; /* def's, for the metrics writer */
     _Atomic uint64_t count;
     _Atomic uint64_t sum_us;
     _Atomic uint64_t buckets[KVR_LAT_BUCKETS]; /* non-cumulative */
     _Atomic uint64_t status_4xx, status_5xx;
 } kvr_endpoint;
-
-#define KVR_MAX_ENDPOINTS 16
 
 typedef struct kvr_sweeper kvr_sweeper;
 /* sweeper.c: expires router bookings about once a second. */
@@ -34,12 +52,13 @@ struct kvr_server {
     kvr_indexer *ix;
     struct kvr_router *router;
     kvr_source *src;
+    kvr_registry *registry;
     kvr_sweeper *sweeper;
     struct MHD_Daemon *mhd;
     int port;
     size_t max_body;
     double started_at;
-    kvr_endpoint endpoints[KVR_MAX_ENDPOINTS];
+    kvr_endpoint *endpoints; /* one per kvr_endpoint_table row */
     size_t n_endpoints;
     _Atomic uint64_t requests_413, requests_404;
     _Atomic uint64_t dump_records_loaded;
@@ -49,7 +68,15 @@ struct kvr_server {
 int kvr_http_start(kvr_server *srv, const char *addr, int port, unsigned threads, char *err,
                    size_t err_len);
 void kvr_http_stop(kvr_server *srv);
-void kvr_http_init_endpoints(kvr_server *srv);
+/* Allocates srv->endpoints from the table; -1 when out of memory. */
+int kvr_http_init_endpoints(kvr_server *srv);
+
+/* api_registry.c: a /register object (also a --config worker) -> reg, its
+ * strings borrowed from body; false with e naming the field. */
+bool kvr_api_parse_registration(json_t *body, kvr_origin origin, kvr_registration *reg,
+                                kvr_json_err *e);
+/* The HTTP status of a registry result (201, 200, 400, 409, 503, 500). */
+int kvr_api_registry_status(kvr_registry_result r);
 
 /* Handlers of this layer. */
 void kvr_api_register(kvr_server *srv, json_t *body, kvr_api_reply *reply);
