@@ -2,6 +2,8 @@
  * normalize -> convert -> index pipeline for decoded batches. */
 #include "index/indexer_internal.h"
 
+#include "kvrouter/log.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,10 +144,9 @@ static kvr_drop_reason convert_store(kvr_worker *w, kvr_rank_state *r, const kvr
          * so a flood stays visible without filling the log. */
         r->dup_warnings++;
         if ((r->dup_warnings & (r->dup_warnings - 1)) == 0)
-            fprintf(stderr,
-                    "kvrouter: worker %" PRIu64 " rank %u: store with repeated block ids "
-                    "ignored (%" PRIu64 " so far)\n",
-                    w->worker_id, r->rank, r->dup_warnings);
+            kvr_log_at(KVR_LOG_WARN, KVR_LOG_WORKER_RANK(w->worker_id, r->rank),
+                       "store with repeated block ids ignored (%" PRIu64 " so far)",
+                       r->dup_warnings);
     }
     return why;
 }

@@ -2,6 +2,7 @@
  * narrowing, whole blocks, and the SPEC §5 media rules (legacy truncation,
  * engine_wide exclusion with descendants, capacity fallback, auto mode). */
 #include "kvrouter/normalize.h"
+#include "kvrouter/log.h"
 
 #include <inttypes.h>
 #include <stddef.h>
@@ -64,8 +65,7 @@ void kvr_normalizer_destroy(kvr_normalizer *n)
 static void warn(kvr_normalizer *n, const char *what)
 {
     n->warnings++;
-    fprintf(stderr, "kvrouter: warning: worker %" PRIu64 " rank %" PRIu32 ": %s\n",
-            n->cfg.worker_id, n->cfg.dp_rank, what);
+    kvr_log_at(KVR_LOG_WARN, KVR_LOG_WORKER_RANK(n->cfg.worker_id, n->cfg.dp_rank), "%s", what);
 }
 
 static void update_gauge(kvr_normalizer *n)

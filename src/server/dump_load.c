@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvrouter/log.h"
 #include "server/json_util.h"
 #include "server/server_internal.h"
 
@@ -127,7 +128,7 @@ long kvr_server_load_dump(kvr_server *srv, const char *text, size_t len, char *e
         return -1;
     }
     if (op.skipped)
-        fprintf(stderr, "kvrouter: dump: %ld records skipped%s%s\n", op.skipped,
+        kvr_log(KVR_LOG_WARN, "dump: %ld records skipped%s%s", op.skipped,
                 op.err[0] ? ", first error: " : "", op.err);
     atomic_fetch_add(&srv->dump_records_loaded, (uint64_t)op.applied);
     if (err_len)

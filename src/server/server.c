@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kvrouter/log.h"
 #include "server/server_internal.h"
 
 /* dump_load.c */
@@ -187,9 +188,9 @@ kvr_server *kvr_server_start(const kvr_server_config *cfg_in, char *err, size_t 
         char e[256];
         long n = kvr_server_fetch_peer(srv, cfg.peers[i], e, sizeof e);
         if (n < 0)
-            fprintf(stderr, "kvrouter: peer %s: %s (continuing without it)\n", cfg.peers[i], e);
+            kvr_log(KVR_LOG_WARN, "peer %s: %s (continuing without it)", cfg.peers[i], e);
         else
-            fprintf(stderr, "kvrouter: peer %s: loaded %ld store records\n", cfg.peers[i], n);
+            kvr_log(KVR_LOG_INFO, "peer %s: loaded %ld store records", cfg.peers[i], n);
     }
     if (register_initial(srv, &cfg, err, err_len) != 0) {
         kvr_server_stop(srv);

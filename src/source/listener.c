@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include <zmq.h>
+#include "kvrouter/log.h"
 
 #include "source/source_internal.h"
 
@@ -38,13 +39,9 @@ static void apply(kvr_source *src, kvr_listener *l, uint64_t seq, const void *pa
     kvr_batch_error err = kvr_batch_decode(&src->batch, payload, len);
     if (err != KVR_BATCH_OK) {
         l->c.malformed_batches++;
-        double now = kvr_source_now();
-        if (now - src->last_malformed_log > 5.0) {
-            src->last_malformed_log = now;
-            fprintf(stderr, "kvrouter: worker %llu rank %u: malformed batch seq %llu (%s)\n",
-                    (unsigned long long)l->worker_id, l->rank, (unsigned long long)seq,
-                    kvr_batch_error_name(err));
-        }
+        KVR_LOG_LIMITED(KVR_LOG_WARN, KVR_LOG_WORKER_RANK(l->worker_id, l->rank),
+                        "malformed batch seq %llu (%s)", (unsigned long long)seq,
+                        kvr_batch_error_name(err));
         return;
     }
     const kvr_batch *b = &src->batch;
@@ -139,8 +136,9 @@ static void drain_buffer(kvr_source *src, kvr_listener *l)
 
 static void replay_failed(kvr_source *src, kvr_listener *l, const char *why)
 {
-    fprintf(stderr, "kvrouter: worker %llu rank %u: replay from %llu failed (%s); rank cleared\n",
-            (unsigned long long)l->worker_id, l->rank, (unsigned long long)l->replay_from, why);
+    KVR_LOG_LIMITED(KVR_LOG_WARN, KVR_LOG_WORKER_RANK(l->worker_id, l->rank),
+                    "replay from %llu failed (%s); rank cleared",
+                    (unsigned long long)l->replay_from, why);
     close_dealer(l);
     l->c.replays_failed++;
     clear_rank(src, l);

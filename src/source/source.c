@@ -13,6 +13,7 @@
 #include <zmq.h>
 
 #include "source/frames.h"
+#include "kvrouter/log.h"
 #include "source/source_internal.h"
 
 typedef struct kvr_source_cmd {
@@ -166,7 +167,7 @@ static void *ingest_main(void *arg)
                 owners = calloc(cap, sizeof *owners);
                 is_dealer = calloc(cap, sizeof *is_dealer);
                 if (!items || !owners || !is_dealer) {
-                    fprintf(stderr, "kvrouter: source: out of memory\n");
+                    KVR_LOG_LIMITED(KVR_LOG_ERROR, NULL, "source: out of memory for the poll set");
                     break;
                 }
             }

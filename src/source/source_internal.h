@@ -71,7 +71,6 @@ struct kvr_source {
     size_t n_ls, cap_ls;
     bool items_dirty;
     kvr_batch batch;
-    double last_malformed_log;
 };
 
 /* listener.c: the SPEC §2 sequence machine. */

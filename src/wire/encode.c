@@ -1,6 +1,7 @@
 /* Engine-side msgpack encoder (SPEC §3) on msgpuck's mp_encode_*: the
  * simulator's mock engines and the tests publish real bytes with it. */
 #include "kvrouter/wire_encode.h"
+#include "kvrouter/log.h"
 
 #include <msgpuck.h>
 #include <stdio.h>
@@ -33,7 +34,7 @@ static char *room(kvr_wbuf *w, size_t n)
             cap *= 2;
         char *d = realloc(w->data, cap);
         if (!d) {
-            fprintf(stderr, "kvr_wbuf: out of memory\n");
+            kvr_log(KVR_LOG_ERROR, "kvr_wbuf: out of memory");
             abort();
         }
         w->data = d;
