@@ -40,6 +40,13 @@ void kvr_api_query_by_hash(kvr_server *srv, json_t *body, kvr_api_reply *reply)
         kvr_api_error(reply, 400, "%s", e.msg);
         return;
     }
+    json_t *salt = json_object_get(body, "cache_salt");
+    if (salt && !json_is_null(salt)) {
+        /* A caller sending one thinks it changes the match; it cannot. */
+        kvr_api_error(reply, 400, "field 'cache_salt' is not accepted by /query_by_hash: block "
+                                  "hashes are already salted (send it to /query with token_ids)");
+        return;
+    }
     json_t *arr = json_object_get(body, "block_hashes");
     if (!arr) {
         kvr_api_error(reply, 400, "missing field 'block_hashes'");
@@ -80,7 +87,7 @@ void kvr_api_query_by_hash(kvr_server *srv, json_t *body, kvr_api_reply *reply)
     size_t k = ctx ? kvr_indexer_match_hashes(srv->ix, model, group, ctx, hashes, n, &m) : 0;
     free(hashes);
     /* Without a match scratch the empty scores would be a false "no match". */
-    reply->body = ctx ? kvr_scores_json(m, k, bs) : NULL;
+    reply->body = ctx ? kvr_scores_json_from_matches(m, k, bs) : NULL;
     if (!reply->body) {
         kvr_api_error(reply, 500, "out of memory");
         return;

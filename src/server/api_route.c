@@ -114,17 +114,21 @@ static bool parse_items(json_t *arr, parsed *p, kvr_api_reply *reply)
     return true;
 }
 
-static bool parse_tokens(const kvr_json_body *b, parsed *p, kvr_api_reply *reply)
+/* token_ids: required; empty only when allow_empty (/query answers an empty
+ * prompt with empty scores, as Dynamo does; /route has nothing to route). */
+static bool parse_tokens(const kvr_json_body *b, bool allow_empty, parsed *p,
+                         kvr_api_reply *reply)
 {
     size_t n, bad;
     switch (kvr_json_body_u32(b, "token_ids", KVR_ROUTE_MAX_TOKENS, &p->tokens, &n, &bad)) {
     case KVR_JSON_VEC_OK:
-        if (n > 0)
+        if (n > 0 || allow_empty)
             break;
         /* fall through */
     case KVR_JSON_VEC_ABSENT:
     case KVR_JSON_VEC_NOT_ARRAY:
-        kvr_api_error(reply, 400, "field 'token_ids' must be a non-empty array of u32");
+        kvr_api_error(reply, 400, "field 'token_ids' must be a %sarray of u32",
+                      allow_empty ? "" : "non-empty ");
         return false;
     case KVR_JSON_VEC_TOO_LONG:
         kvr_api_error(reply, 400, "field 'token_ids' has more than %u tokens",
@@ -143,7 +147,8 @@ static bool parse_tokens(const kvr_json_body *b, parsed *p, kvr_api_reply *reply
 }
 
 /* The /query fields, shared by /route. */
-static bool parse_query(const kvr_json_body *b, parsed *p, kvr_api_reply *reply)
+static bool parse_query(const kvr_json_body *b, bool allow_empty, parsed *p,
+                        kvr_api_reply *reply)
 {
     kvr_json_err e = {{0}};
     json_t *body = b->root;
@@ -156,7 +161,7 @@ static bool parse_query(const kvr_json_body *b, parsed *p, kvr_api_reply *reply)
         kvr_api_error(reply, 400, "%s", e.msg);
         return false;
     }
-    if (!parse_tokens(b, p, reply))
+    if (!parse_tokens(b, allow_empty, p, reply))
         return false;
     json_t *items = json_object_get(body, "mm_items");
     if (items && !json_is_null(items) && !parse_items(items, p, reply))
@@ -169,34 +174,58 @@ static void route_error(kvr_api_reply *reply, kvr_route_status st, const char *m
     kvr_api_error(reply, kvr_route_status_http(st), "%s", msg);
 }
 
+/* An empty prompt matches nothing: empty scores, once the model and the
+ * media items (which must lie inside the tokens) check out. */
+static bool empty_query_ok(kvr_server *srv, const parsed *p, kvr_api_reply *reply)
+{
+    const char *group = p->q.routing_group ? p->q.routing_group : KVR_DEFAULT_ROUTING_GROUP;
+    if (p->q.n_mm_items > 0) {
+        kvr_api_error(reply, 400, "field 'mm_items[0].start': beyond the end of 'token_ids' "
+                                  "(empty)");
+        return false;
+    }
+    if (!kvr_indexer_index(kvr_server_indexer(srv), p->q.model_name, group)) {
+        kvr_api_error(reply, 404, "field 'model_name': unknown model '%s' (routing_group '%s')",
+                      p->q.model_name, group);
+        return false;
+    }
+    return true;
+}
+
 void kvr_api_query(kvr_server *srv, const kvr_json_body *b, kvr_api_reply *reply)
 {
     parsed p;
-    if (!parse_query(b, &p, reply)) {
+    if (!parse_query(b, true, &p, reply)) {
         parsed_free(&p);
         return;
     }
     kvr_query_result res;
     kvr_query_result_init(&res);
-    kvr_route_status st = kvr_query(kvr_server_router(srv), &p.q, &res);
+    kvr_route_status st = KVR_ROUTE_OK;
+    if (p.q.n_tokens == 0) {
+        if (!empty_query_ok(srv, &p, reply))
+            goto out;
+        res.block_size = 1;
+    } else {
+        st = kvr_query(kvr_server_router(srv), &p.q, &res);
+    }
     if (st != KVR_ROUTE_OK) {
         route_error(reply, st, res.error);
-    } else {
-        json_t *root = kvr_scores_json_new();
-        for (size_t i = 0; root && i < res.n_entries; i++) {
-            const kvr_query_entry *e = &res.entries[i];
-            if (kvr_scores_json_add(root, e->worker_id, e->dp_rank, e->gpu_blocks, e->cpu_blocks,
-                                    e->disk_blocks, res.block_size) < 0) {
-                json_decref(root);
-                root = NULL;
-            }
-        }
-        if (root) {
-            reply->status = 200;
-            reply->body = root;
-        } else
-            kvr_api_error(reply, 500, "out of memory");
+        goto out;
     }
+    kvr_scores_json sj;
+    if (kvr_scores_json_init(&sj, res.block_size))
+        for (size_t i = 0; i < res.n_entries; i++) {
+            const kvr_query_entry *e = &res.entries[i];
+            kvr_scores_json_add(&sj, e->worker_id, e->dp_rank, e->gpu_blocks, e->cpu_blocks,
+                                e->disk_blocks);
+        }
+    reply->body = kvr_scores_json_finish(&sj);
+    if (reply->body)
+        reply->status = 200;
+    else
+        kvr_api_error(reply, 500, "out of memory");
+out:
     kvr_query_result_free(&res);
     parsed_free(&p);
 }
@@ -220,7 +249,7 @@ static bool parse_route(const kvr_json_body *b, parsed *p, kvr_route_request *rq
                         kvr_api_reply *reply)
 {
     json_t *body = b->root;
-    if (!parse_query(b, p, reply))
+    if (!parse_query(b, false, p, reply))
         return false;
     memset(rq, 0, sizeof *rq);
     rq->q = p->q;

@@ -1,5 +1,9 @@
-/* GET /workers: settings, capabilities, listener state and every counter of
- * each worker's normalizers and sources. */
+/* GET /workers[?model_name=&routing_group=]: a bare JSON array, one element
+ * per registered worker in the shape of Dynamo's standalone indexer
+ * (SPEC §7.1: instance_id, source, status, model_name, routing_group,
+ * block_size, endpoints, listeners) with kvrouter's extras beside it:
+ * settings, capabilities, summed counters, and per-rank detail (listener
+ * state, last seq, source and normalizer counters). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,60 +13,19 @@
 #include "server/server_internal.h"
 #include "server/workers_snapshot.h"
 
-static void do_snapshot(kvr_source *src, void *arg)
+/* Every counter of a list as {"name": value}. */
+static json_t *counters_obj(const void *c, const kvr_counter_desc *descs, size_t n)
 {
-    kvr_workers_snapshot *s = arg;
-    kvr_indexer *ix = kvr_source_indexer(src);
-    size_t n = kvr_indexer_list(ix, NULL, NULL, NULL, 0);
-    s->workers = calloc(n ? n : 1, sizeof *s->workers);
-    s->first = calloc(n + 1, sizeof *s->first);
-    size_t total = kvr_source_count(src, NULL);
-    s->listeners = calloc(total ? total : 1, sizeof *s->listeners);
-    if (!s->workers || !s->first || !s->listeners)
-        return;
-    s->n_workers = kvr_indexer_list(ix, NULL, NULL, s->workers, n);
-    if (s->n_workers > n)
-        s->n_workers = n;
-    size_t at = 0;
-    for (size_t i = 0; i < s->n_workers; i++) {
-        s->first[i] = at;
-        kvr_worker_info *wi = &s->workers[i];
-        kvr_worker *w = kvr_indexer_find(ix, wi->model_name, wi->routing_group, wi->worker_id);
-        if (w && at < total)
-            at += kvr_source_listeners(src, w, s->listeners + at, total - at);
-        if (at > total)
-            at = total;
-    }
-    s->first[s->n_workers] = at;
-    s->n_listeners = at;
-    s->ok = true;
-}
-
-int kvr_workers_snapshot_take(kvr_server *srv, kvr_workers_snapshot *s)
-{
-    memset(s, 0, sizeof *s);
-    if (kvr_source_run(srv->src, do_snapshot, s) != 0 || !s->ok) {
-        kvr_workers_snapshot_free(s);
-        return -1;
-    }
-    return 0;
-}
-
-void kvr_workers_snapshot_free(kvr_workers_snapshot *s)
-{
-    free(s->workers);
-    free(s->listeners);
-    free(s->first);
-    memset(s, 0, sizeof *s);
+    json_t *o = json_object();
+    for (size_t k = 0; o && k < n; k++)
+        json_object_set_new(o, descs[k].name,
+                            json_integer((json_int_t)kvr_counter_value(c, &descs[k])));
+    return o;
 }
 
 static json_t *norm_json(const kvr_normalizer_counters *c)
 {
-    json_t *o = json_object();
-    for (size_t k = 0; k < kvr_normalizer_counter_count; k++) {
-        const kvr_counter_desc *d = &kvr_normalizer_counter_descs[k];
-        json_object_set_new(o, d->name, json_integer((json_int_t)kvr_counter_value(c, d)));
-    }
+    json_t *o = counters_obj(c, kvr_normalizer_counter_descs, kvr_normalizer_counter_count);
     json_t *drops = json_object();
     for (int r = 1; r < KVR_DROP_COUNT; r++)
         json_object_set_new(drops, kvr_drop_reason_name((kvr_drop_reason)r),
@@ -73,47 +36,27 @@ static json_t *norm_json(const kvr_normalizer_counters *c)
 
 static json_t *source_json(const kvr_source_counters *c)
 {
-    json_t *o = json_object();
-    for (size_t k = 0; k < kvr_source_counter_count; k++) {
-        const kvr_counter_desc *d = &kvr_source_counter_descs[k];
-        json_object_set_new(o, d->name, json_integer((json_int_t)kvr_counter_value(c, d)));
-    }
-    return o;
+    return counters_obj(c, kvr_source_counter_descs, kvr_source_counter_count);
 }
 
-static json_t *rank_obj(json_t *ranks, uint32_t rank)
+/* Child object under "<rank>", created on first use. */
+static json_t *rank_obj(json_t *parent, uint32_t rank)
 {
     char key[12];
     snprintf(key, sizeof key, "%" PRIu32, rank);
-    json_t *o = json_object_get(ranks, key);
+    json_t *o = json_object_get(parent, key);
     if (!o) {
         o = json_object();
-        json_object_set_new(ranks, key, o);
+        json_object_set_new(parent, key, o);
     }
     return o;
 }
 
-static const char *worker_status(const kvr_listener_info *ls, size_t n)
+/* The per-rank detail kvrouter adds under "ranks": what the normalizer
+ * applied per batch rank, and what each socket's listener saw. */
+static json_t *ranks_json(const kvr_worker_info *wi, const kvr_listener_info *ls, size_t n_ls)
 {
-    if (n == 0)
-        return "no_listener";
-    bool any_replay = false, all_live = true;
-    for (size_t i = 0; i < n; i++) {
-        any_replay |= ls[i].state == KVR_LISTENER_REPLAYING;
-        all_live &= ls[i].state == KVR_LISTENER_LIVE;
-    }
-    return any_replay ? "replaying" : all_live ? "live" : "connecting";
-}
-
-static json_t *worker_json(const kvr_worker_info *wi, const kvr_listener_info *ls, size_t n_ls)
-{
-    kvr_normalizer_counters tot_norm;
-    kvr_source_counters tot_src;
-    memset(&tot_norm, 0, sizeof tot_norm);
-    memset(&tot_src, 0, sizeof tot_src);
     json_t *ranks = json_object();
-    json_t *endpoints = json_object();
-    bool wide = wi->wide_seen;
     for (uint32_t r = 0; r < wi->n_ranks; r++) {
         const kvr_rank_info *ri = &wi->ranks[r];
         json_t *o = rank_obj(ranks, ri->dp_rank);
@@ -129,7 +72,6 @@ static json_t *worker_json(const kvr_worker_info *wi, const kvr_listener_info *l
                       (json_int_t)ri->blocks_stored, "blocks_removed",
                       (json_int_t)ri->blocks_removed));
         json_object_set_new(o, "normalizer", norm_json(&ri->norm));
-        kvr_normalizer_counters_add(&tot_norm, &ri->norm);
     }
     for (size_t i = 0; i < n_ls; i++) {
         const kvr_listener_info *l = &ls[i];
@@ -145,56 +87,107 @@ static json_t *worker_json(const kvr_worker_info *wi, const kvr_listener_info *l
                                 ? json_real(l->seconds_since_last_event)
                                 : json_null());
         json_object_set_new(o, "source", source_json(&l->c));
-        char key[12];
-        snprintf(key, sizeof key, "%" PRIu32, l->dp_rank);
-        json_object_set_new(endpoints, key, json_string(l->endpoint));
-        kvr_source_counters_add(&tot_src, &l->c);
     }
+    return ranks;
+}
+
+/* endpoints {"<rank>": addr} and listeners {"<rank>": {endpoint, status,
+ * last_error?}}, Dynamo's per-rank view of a worker. */
+static void listeners_json(json_t *w, const kvr_listener_info *ls, size_t n_ls)
+{
+    json_t *endpoints = json_object();
+    json_t *listeners = json_object();
+    for (size_t i = 0; i < n_ls; i++) {
+        char err[256];
+        kvr_lstatus st = kvr_listener_status(&ls[i], err, sizeof err);
+        json_t *o = rank_obj(listeners, ls[i].dp_rank);
+        json_object_set_new(o, "endpoint", json_string(ls[i].endpoint));
+        json_object_set_new(o, "status", json_string(kvr_lstatus_name(st)));
+        if (err[0])
+            json_object_set_new(o, "last_error", json_string(err));
+        char key[12];
+        snprintf(key, sizeof key, "%" PRIu32, ls[i].dp_rank);
+        json_object_set_new(endpoints, key, json_string(ls[i].endpoint));
+    }
+    json_object_set_new(w, "endpoints", endpoints);
+    json_object_set_new(w, "listeners", listeners);
+}
+
+static json_t *counters_json(const kvr_worker_info *wi, const kvr_listener_info *ls, size_t n_ls)
+{
+    kvr_normalizer_counters norm;
+    kvr_source_counters src;
+    memset(&norm, 0, sizeof norm);
+    memset(&src, 0, sizeof src);
+    for (uint32_t r = 0; r < wi->n_ranks; r++)
+        kvr_normalizer_counters_add(&norm, &wi->ranks[r].norm);
+    for (size_t i = 0; i < n_ls; i++)
+        kvr_source_counters_add(&src, &ls[i].c);
+    json_t *counters = norm_json(&norm);
+    json_t *sc = source_json(&src);
+    json_object_update(counters, sc);
+    json_decref(sc);
+    return counters;
+}
+
+static json_t *worker_json(const kvr_worker_info *wi, const kvr_listener_info *ls, size_t n_ls)
+{
     const char *detected = wi->mm_identity == KVR_MM_AUTO
-                               ? (wide ? "engine_wide" : "legacy")
+                               ? (wi->wide_seen ? "engine_wide" : "legacy")
                                : kvr_mm_identity_name(wi->mm_identity);
     json_t *w = json_object();
     json_object_set_new(w, "instance_id", kvr_json_u64_num(wi->worker_id));
+    json_object_set_new(w, "source", json_string("zmq"));
+    json_object_set_new(w, "status", json_string(kvr_lstatus_name(kvr_worker_status(ls, n_ls))));
     json_object_set_new(w, "model_name", json_string(wi->model_name));
     json_object_set_new(w, "routing_group", json_string(wi->routing_group));
     json_object_set_new(w, "block_size", json_integer(wi->block_size));
+    listeners_json(w, ls, n_ls);
     json_object_set_new(w, "lora_name", wi->lora_name[0] ? json_string(wi->lora_name) : json_null());
     json_object_set_new(w, "is_eagle", json_boolean(wi->is_eagle));
-    json_object_set_new(w, "status", json_string(worker_status(ls, n_ls)));
-    json_object_set_new(w, "endpoints", endpoints);
     json_object_set_new(
         w, "capabilities",
         json_pack("{s:s,s:s,s:b,s:b,s:b}", "mm_identity", kvr_mm_identity_name(wi->mm_identity),
                   "detected_mm_identity", detected, "accepts_mm_hashes", wi->accepts_mm_hashes,
                   "accepts_mm_hashes_explicit", wi->accepts_mm_hashes_explicit, "wide_seen",
-                  wide));
-    json_t *counters = norm_json(&tot_norm);
-    json_t *src_counters = source_json(&tot_src);
-    json_object_update(counters, src_counters);
-    json_decref(src_counters);
-    json_object_set_new(w, "counters", counters);
+                  wi->wide_seen));
+    json_object_set_new(w, "counters", counters_json(wi, ls, n_ls));
     json_object_set_new(w, "resets", json_integer((json_int_t)wi->resets));
     json_object_set_new(w, "batches_rejected", json_integer((json_int_t)wi->batches_rejected));
-    json_object_set_new(w, "ranks", ranks);
+    json_object_set_new(w, "ranks", ranks_json(wi, ls, n_ls));
     return w;
 }
 
-void kvr_api_workers(kvr_server *srv, json_t *body, kvr_api_reply *reply)
+/* A query argument as a filter: absent or empty means any. */
+static const char *filter_arg(json_t *args, const char *key)
 {
-    const char *model = json_string_value(json_object_get(body, "model_name"));
+    const char *v = json_string_value(json_object_get(args, key));
+    return v && v[0] ? v : NULL;
+}
+
+void kvr_api_workers(kvr_server *srv, json_t *args, kvr_api_reply *reply)
+{
+    const char *model = filter_arg(args, "model_name");
+    const char *group = filter_arg(args, "routing_group");
     kvr_workers_snapshot s;
     if (kvr_workers_snapshot_take(srv, &s) != 0) {
         kvr_api_error(reply, 503, "ingest thread is not running");
         return;
     }
     json_t *arr = json_array();
-    for (size_t i = 0; i < s.n_workers; i++) {
-        if (model && strcmp(model, s.workers[i].model_name) != 0)
+    for (size_t i = 0; arr && i < s.n_workers; i++) {
+        const kvr_worker_info *wi = &s.workers[i];
+        if ((model && strcmp(model, wi->model_name) != 0) ||
+            (group && strcmp(group, wi->routing_group) != 0))
             continue;
-        json_array_append_new(arr, worker_json(&s.workers[i], s.listeners + s.first[i],
+        json_array_append_new(arr, worker_json(wi, s.listeners + s.first[i],
                                                s.first[i + 1] - s.first[i]));
     }
     kvr_workers_snapshot_free(&s);
+    if (!arr) {
+        kvr_api_error(reply, 500, "out of memory");
+        return;
+    }
     reply->status = 200;
-    reply->body = json_pack("{s:o}", "workers", arr);
+    reply->body = arr;
 }

@@ -1,29 +1,59 @@
-/* The /query and /query_by_hash reply body (SPEC §7), shared by both
- * endpoints so they cannot drift:
- *   {"scores":    {"<worker_id>": {"<dp_rank>": gpu_tokens}},
- *    "instances": {"<worker_id>": {"longest_matched": t, "gpu": t, "cpu": t, "disk": t,
- *                                  "dp": {"<dp_rank>": {"gpu": t, "cpu": t, "disk": t}}}}}
- * All counts are tokens (blocks x block size). cpu and disk are reaches
- * (gpu <= cpu <= disk: how far the prefix goes when those tiers continue
- * it, SPEC §6). Per instance, gpu/cpu/disk are the best over its ranks and
- * longest_matched is the longest reach on any tier (= the best disk reach).
- * A (worker, rank) appears only when it matched at least one block on some
- * tier; worker ids are decimal u64 keys. */
+/* The /query and /query_by_hash reply body, built in this one place for
+ * both endpoints so they cannot drift (SPEC §7, §7.1):
+ *   {"scores":      {"<worker_id>": {"<dp_rank>": gpu_tokens}},
+ *    "frequencies": [owners of block 0, owners of block 1, ...],
+ *    "instances":   {"<worker_id>": {"longest_matched": t, "gpu": t, "cpu": t, "disk": t,
+ *                                    "dp": {"<dp_rank>": gpu_tokens},
+ *                                    "dp_tiers": {"<dp_rank>": {"gpu": t, "cpu": t,
+ *                                                               "disk": t}}}}}
+ * The first three keys and dp are Dynamo's standalone-indexer shape; dp_tiers
+ * is kvrouter's. Counts are tokens (blocks x block size). cpu and disk are
+ * reaches (gpu <= cpu <= disk: how far the prefix goes when those tiers
+ * continue it, SPEC §6). Per instance, gpu/cpu/disk are the best over its
+ * ranks and longest_matched is the longest reach on any tier (= the best
+ * disk reach). A (worker, rank) appears only when it matched at least one
+ * block on some tier; worker ids are decimal u64 keys.
+ *
+ * frequencies[i] is how many (worker, rank) owners hold block i of the
+ * request on the device tier: an owner whose gpu prefix is g blocks holds
+ * blocks 0..g-1. The list stops at the longest gpu prefix, so no entry is 0
+ * and entries never increase (the invariants of Dynamo's OverlapScores
+ * frequencies, whose values count recent lookups instead; its standalone
+ * indexer, which tracks none, always answers []). With media, each worker
+ * is scored on its own routing sequence (SPEC §5), and block i is block i of
+ * that sequence. */
 #ifndef KVR_SERVER_SCORES_JSON_H
 #define KVR_SERVER_SCORES_JSON_H
 
 #include <jansson.h>
+#include <stdbool.h>
 
 #include "kvrouter/index.h"
 
-/* {"scores": {}, "instances": {}}; NULL on out of memory. */
-json_t *kvr_scores_json_new(void);
-/* Adds one (worker, rank) result; skipped when disk_blocks == 0. Returns 0,
- * or -1 on out of memory. Adding the same (worker, rank) twice overwrites. */
-int kvr_scores_json_add(json_t *root, uint64_t worker_id, uint32_t dp_rank, uint32_t gpu_blocks,
-                        uint32_t cpu_blocks, uint32_t disk_blocks, uint32_t block_size);
+typedef struct {
+    json_t *root;
+    json_t *scores, *instances; /* borrowed from root */
+    uint32_t block_size;
+    /* owners_at[g]: owners whose gpu prefix is exactly g blocks (g >= 1) */
+    uint32_t *owners_at;
+    size_t cap;
+    bool failed;
+} kvr_scores_json;
+
+/* Starts an empty reply; false on out of memory (then call _free). */
+bool kvr_scores_json_init(kvr_scores_json *b, uint32_t block_size);
+/* Adds one (worker, rank) result; skipped when disk_blocks == 0. Adding the
+ * same (worker, rank) twice is not allowed (frequencies would count it
+ * twice); the match results never repeat one. */
+void kvr_scores_json_add(kvr_scores_json *b, uint64_t worker_id, uint32_t dp_rank,
+                         uint32_t gpu_blocks, uint32_t cpu_blocks, uint32_t disk_blocks);
+/* The whole body (caller owns it), or NULL on out of memory. Frees the
+ * builder either way. */
+json_t *kvr_scores_json_finish(kvr_scores_json *b);
+/* Frees a builder that will not be finished. */
+void kvr_scores_json_free(kvr_scores_json *b);
 
 /* The whole body from match results (kvr_indexer_match_hashes); NULL on OOM. */
-json_t *kvr_scores_json(const kvr_match_entry *m, size_t n, uint32_t block_size);
+json_t *kvr_scores_json_from_matches(const kvr_match_entry *m, size_t n, uint32_t block_size);
 
 #endif

@@ -60,7 +60,7 @@ static bool json_u64(json_t *v, uint64_t *out)
 }
 
 /* The router's last applied sequence number for (worker, rank), from
- * GET /workers ({"workers": [{"instance_id", "ranks": {"<r>": {"last_seq"}}}]}).
+ * GET /workers ([{"instance_id", "ranks": {"<r>": {"last_seq"}}}]).
  * Returns -1 while it has none. */
 static int64_t router_last_seq(kvr_sim_kr *kr, json_t *workers, uint64_t id, uint32_t rank)
 {
@@ -102,7 +102,7 @@ void kvr_sim_kr_sync(kvr_sim_kr *kr)
         if (kvr_sim_http_call(kr->http, "/workers", NULL, 0, &status, &kr->resp) == 0 &&
             status == 200) {
             json_t *root = json_loadb(kr->resp.data, kr->resp.len, 0, NULL);
-            json_t *workers = json_object_get(root, "workers");
+            json_t *workers = root;
             for (size_t s = 0; s < kr->n_slots; s++) {
                 if (!kr->dirty[s])
                     continue;
@@ -309,7 +309,7 @@ void kvr_sim_kr_collect(kvr_sim_kr *kr, kvr_sim_result *out)
     json_t *drops_by_reason = json_object();
     size_t i;
     json_t *w;
-    json_array_foreach(json_object_get(root, "workers"), i, w) {
+    json_array_foreach(root, i, w) {
         const char *model = json_string_value(json_object_get(w, "model_name"));
         if (!model || strcmp(model, kr->cfg->model_name) != 0)
             continue;

@@ -76,9 +76,9 @@ static void test_serve_binary_end_to_end(void **state)
     long st;
     json_t *w = th_json("GET", base, "/workers", NULL, &st);
     assert_int_equal(st, 200);
-    json_t *w0 = json_array_get(json_object_get(w, "workers"), 0);
+    json_t *w0 = json_array_get(w, 0);
     assert_int_equal(json_integer_value(json_object_get(w0, "instance_id")), 42);
-    assert_string_equal(json_string_value(json_object_get(w0, "status")), "live");
+    assert_string_equal(json_string_value(json_object_get(w0, "status")), "active");
     json_decref(w);
     assert_int_equal(stop(&c, SIGTERM), 0);
     th_engine_stop(&e);
@@ -108,7 +108,7 @@ static void test_serve_config_file_and_bad_args(void **state)
     char base[64];
     snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
     json_t *w = th_json("GET", base, "/workers", NULL, NULL);
-    json_t *w0 = json_array_get(json_object_get(w, "workers"), 0);
+    json_t *w0 = json_array_get(w, 0);
     assert_string_equal(json_string_value(json_object_get(w0, "model_name")), "cm");
     assert_string_equal(json_string_value(
                             json_object_get(json_object_get(w0, "capabilities"), "mm_identity")),

@@ -362,7 +362,7 @@ static inline long long th_counter(const char *base, uint64_t worker, const char
     long long v = -1;
     size_t i;
     json_t *w;
-    json_array_foreach(json_object_get(r, "workers"), i, w)
+    json_array_foreach(r, i, w)
     {
         json_t *id = json_object_get(w, "instance_id");
         if (!json_is_integer(id) || (uint64_t)json_integer_value(id) != worker ||

@@ -138,11 +138,12 @@ static void test_query_reply_shape_per_capability(void **state)
     /* Legacy worker: pad-substituted, all 4 blocks. Kimi worker: text prefix,
      * 2 blocks. Idle worker matched nothing and is absent. */
     json_t *want = json_pack(
-        "{s:{s:{s:i},s:{s:i}},s:{s:{s:i,s:i,s:i,s:i,s:{s:{s:i,s:i,s:i}}},"
-        "s:{s:i,s:i,s:i,s:i,s:{s:{s:i,s:i,s:i}}}}}",
-        "scores", "1", "0", 16, "2", "0", 8, "instances", "1", "longest_matched", 16, "gpu", 16,
-        "cpu", 16, "disk", 16, "dp", "0", "gpu", 16, "cpu", 16, "disk", 16, "2", "longest_matched",
-        8, "gpu", 8, "cpu", 8, "disk", 8, "dp", "0", "gpu", 8, "cpu", 8, "disk", 8);
+        "{s:{s:{s:i},s:{s:i}},s:[i,i,i,i],s:{s:{s:i,s:i,s:i,s:i,s:{s:i},s:{s:{s:i,s:i,s:i}}},"
+        "s:{s:i,s:i,s:i,s:i,s:{s:i},s:{s:{s:i,s:i,s:i}}}}}",
+        "scores", "1", "0", 16, "2", "0", 8, "frequencies", 2, 2, 1, 1, "instances", "1",
+        "longest_matched", 16, "gpu", 16, "cpu", 16, "disk", 16, "dp", "0", 16, "dp_tiers", "0",
+        "gpu", 16, "cpu", 16, "disk", 16, "2", "longest_matched", 8, "gpu", 8, "cpu", 8, "disk", 8,
+        "dp", "0", 8, "dp_tiers", "0", "gpu", 8, "cpu", 8, "disk", 8);
     if (!json_equal(r, want)) {
         char *s = json_dumps(r, JSON_SORT_KEYS);
         fail_msg("unexpected /query reply: %s", s);

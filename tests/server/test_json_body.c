@@ -344,7 +344,13 @@ static void test_query_handler_names_bad_token(void **state)
             expect_query(srv, body, 400, "token_ids[3]");
         }
     }
-    expect_query(srv, "{\"model_name\":\"m\",\"token_ids\":[]}", 400, "'token_ids' must be");
+    /* An empty prompt: empty scores on /query (Dynamo's answer), 400 on /route. */
+    expect_query(srv, "{\"model_name\":\"m\",\"token_ids\":[]}", 200, NULL);
+    kvr_api_reply rr = {0};
+    post(srv, "/route", "{\"model_name\":\"m\",\"request_id\":\"e\",\"token_ids\":[]}", &rr);
+    assert_int_equal(rr.status, 400);
+    assert_non_null(strstr(json_string_value(json_object_get(rr.body, "error")), "token_ids"));
+    json_decref(rr.body);
     expect_query(srv, "{\"model_name\":\"m\",\"token_ids\":\"abc\"}", 400, "'token_ids' must be");
     expect_query(srv, "{\"model_name\":\"m\"}", 400, "'token_ids' must be");
     expect_query(srv, "{\"model_name\":7,\"token_ids\":[1]}", 400, "model_name");

@@ -99,7 +99,7 @@ static void test_bad_requests_name_the_field(void **state)
     expect_error(&s, "/unregister", "{\"model_name\":\"m\"}", 400, "instance_id");
     /* No registration survived any of that. */
     json_t *w = th_json("GET", s.base, "/workers", NULL, NULL);
-    assert_int_equal(json_array_size(json_object_get(w, "workers")), 0);
+    assert_int_equal(json_array_size(w), 0);
     json_decref(w);
     long st;
     json_decref(th_json("GET", s.base, "/nope", NULL, &st));
@@ -227,7 +227,7 @@ static void test_register_semantics(void **state)
     assert_int_equal(post(&s, "/unregister", "{\"instance_id\":1,\"model_name\":\"m\"}", NULL, 0),
                      404);
     json_t *w = th_json("GET", s.base, "/workers", NULL, NULL);
-    assert_int_equal(json_array_size(json_object_get(w, "workers")), 0);
+    assert_int_equal(json_array_size(w), 0);
     json_decref(w);
     th_engine_stop(&e2);
     th_engine_stop(&e);

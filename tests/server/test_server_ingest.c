@@ -142,7 +142,7 @@ static void test_kimi_wide_exclusion(void **state)
     assert_int_equal(th_score(f->base, "m", c.local, 4, 7, 0), BS);
     /* Capabilities: engine_wide does not accept caller mm hashes. */
     json_t *w = th_json("GET", f->base, "/workers", NULL, NULL);
-    json_t *caps = json_object_get(json_array_get(json_object_get(w, "workers"), 0),
+    json_t *caps = json_object_get(json_array_get(w, 0),
                                    "capabilities");
     assert_string_equal(json_string_value(json_object_get(caps, "mm_identity")), "engine_wide");
     assert_true(json_is_false(json_object_get(caps, "accepts_mm_hashes")));
@@ -153,7 +153,7 @@ static void test_kimi_wide_exclusion(void **state)
 static json_t *caps_of(fixture *f, json_t **root)
 {
     *root = th_json("GET", f->base, "/workers", NULL, NULL);
-    return json_object_get(json_array_get(json_object_get(*root, "workers"), 0), "capabilities");
+    return json_object_get(json_array_get(*root, 0), "capabilities");
 }
 
 /* auto: legacy (accepting mm hashes) until the first wide id, then
@@ -469,7 +469,7 @@ static void test_silent_engines_do_not_block(void **state)
     size_t i;
     json_t *x;
     int seen = 0;
-    json_array_foreach(json_object_get(w, "workers"), i, x)
+    json_array_foreach(w, i, x)
     {
         json_int_t id = json_integer_value(json_object_get(x, "instance_id"));
         const char *state_s = json_string_value(json_object_get(

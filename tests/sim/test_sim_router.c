@@ -29,7 +29,7 @@ static json_t *get_json(kvr_sim_http *h, const char *path, const char *body, lon
 
 static json_t *rank0(json_t *workers)
 {
-    json_t *w = json_array_get(json_object_get(workers, "workers"), 0);
+    json_t *w = json_array_get(workers, 0);
     assert_non_null(w);
     return json_object_get(json_object_get(w, "ranks"), "0");
 }
