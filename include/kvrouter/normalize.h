@@ -74,7 +74,7 @@ typedef struct {
     uint32_t n_tokens;
     bool eagle;
     kvr_str lora_name;  /* as the event gave it (may be absent) */
-    kvr_str cache_salt; /* as the event gave it (may be absent) */
+    kvr_str cache_salt; /* as the event gave it; absent when it gave none or "" */
     bool duplicate_ids; /* store: {parent} ∪ hashes repeats (SPEC §5 rule 1); it
                            passes unchanged and conversion rejects it */
 } kvr_norm_event;

@@ -19,7 +19,10 @@
  *   The position-7 map may also carry "lora_name" (the encoder writes it
  *   there when an event has both a LoRA and a salt).
  * - group_idx, kv_cache_spec_kind, sliding window and locality are kept raw:
- *   filtering on them is the normalizer's job.
+ *   filtering on them is the normalizer's job. A string where a tagged
+ *   array holds group_idx (store position 9, removal position 3) is the
+ *   kv_cache_spec_kind of a layout without group_idx: group 0, and the
+ *   positions after it hold sliding window, then locality.
  * - Ints: any msgpack int family; a positive value in a signed format is
  *   accepted wherever a non-negative int is expected. */
 #ifndef KVROUTER_WIRE_H

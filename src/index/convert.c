@@ -76,7 +76,8 @@ size_t kvr_converter_tracked_blocks(const kvr_converter *c)
 static uint64_t store_seed(const kvr_converter *c, const kvr_norm_event *s)
 {
     kvr_str lora = kvr_str_nonempty(s->lora_name) ? s->lora_name : c->lora_str;
-    /* A present salt, even "", is the store's own choice. */
+    /* A salt the store names is its own choice (the normalizer turns "" into
+     * none, SPEC §3). */
     if (kvr_str_present(s->cache_salt))
         return kvr_hash_seed(lora, s->cache_salt);
     /* SGLang names the salt on the first store of a request only: children

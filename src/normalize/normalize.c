@@ -425,7 +425,10 @@ void kvr_normalize(kvr_normalizer *n, const kvr_raw_event *ev, kvr_norm_event *o
     out->tier = ev->tier;
     out->eagle = n->cfg.eagle || ev->eagle;
     out->lora_name = ev->lora_name;
-    out->cache_salt = ev->cache_salt;
+    /* SPEC §3: "" is no salt, so the block inherits its parent's namespace
+     * as an unsalted block does (conversion resolves the inheritance). */
+    if (kvr_str_nonempty(ev->cache_salt))
+        out->cache_salt = ev->cache_salt;
 
     switch (ev->type) {
     case KVR_EV_DROPPED:

@@ -102,10 +102,19 @@ static drop tagged_event(kvr_wire_event_ctx *c, const char **cur, kvr_event_type
     uint32_t n_order = *type == KVR_EV_STORED    ? sizeof stored_order / sizeof(field)
                        : *type == KVR_EV_REMOVED ? sizeof removed_order / sizeof(field)
                                                  : 0;
-    for (uint32_t i = 1; i < n; i++) {
-        if (i - 1 < n_order) {
-            *seen |= BIT(order[i - 1]);
-            field_or_skip(c, order[i - 1], cur, &d);
+    /* k walks the layout; it runs one ahead of the position after a
+     * layout without group_idx (a string in its slot is the attention kind,
+     * with group 0, and the fields after it move up one). */
+    for (uint32_t i = 1, k = 0; i < n; i++, k++) {
+        if (k < n_order && order[k] == KVR_F_GROUP_IDX && mp_typeof(**cur) == MP_STR) {
+            c->ev->has_group_idx = true;
+            c->ev->group_idx = 0;
+            *seen |= BIT(KVR_F_GROUP_IDX);
+            k++;
+        }
+        if (k < n_order) {
+            *seen |= BIT(order[k]);
+            field_or_skip(c, order[k], cur, &d);
         } else {
             mp_next(cur);
         }

@@ -102,7 +102,10 @@ static void test_malformed_fields(void **state)
     expect_middle_dropped(M, "[%s [%d] NIL [%d] %d NIL %d]", S, 1, 1, 1, 0); /* medium int */
     expect_middle_dropped(M, "[%s [%d] NIL [%d] %d NIL NIL %d]", S, 1, 1, 1, 9); /* pos7 */
     expect_middle_dropped(M, "[%s [%d] NIL [%d] %d NIL NIL {%s %d}]", S, 1, 1, 1, "cache_salt", 9);
-    expect_middle_dropped(M, "[%s [%d] NIL [%d] %d NIL NIL NIL NIL %s]", S, 1, 1, 1, "0");
+    expect_middle_dropped(M, "[%s [%d] NIL [%d] %d NIL NIL NIL NIL %lf]", S, 1, 1, 1, 0.5);
+    /* after a kind in the group_idx slot the sliding window comes next */
+    expect_middle_dropped(M, "[%s [%d] NIL [%d] %d NIL NIL NIL NIL %s %s]", S, 1, 1, 1,
+                          "full_attention", "w");
     expect_middle_dropped(M, "[%s [%d] NIL [%d] %d NIL NIL NIL NIL %d %d]", S, 1, 1, 1, 0, 5);
     expect_middle_dropped(M, "[%s [%d] NIL [%d] %d NIL NIL NIL NIL %d NIL %s]", S, 1, 1, 1, 0,
                           "big");
@@ -113,8 +116,8 @@ static void test_malformed_fields(void **state)
     /* map form: top-level cache_salt must be a string */
     expect_middle_dropped(M, "{%s %s %s [%d] %s [%d] %s %d}", "type", S, "block_hashes", 1,
                           "token_ids", 1, "cache_salt", 4);
-    /* removal: group_idx string */
-    expect_middle_dropped(M, "[%s [%d] %s %s]", "BlockRemoved", 1, "GPU", "g");
+    /* removal: group_idx float */
+    expect_middle_dropped(M, "[%s [%d] %s %lf]", "BlockRemoved", 1, "GPU", 0.5);
 }
 
 /* Eagle chains must link: (a_i, b_i) then (b_i, ...) */

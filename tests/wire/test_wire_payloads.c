@@ -136,8 +136,20 @@ static void expect_event(expected *x, json_t *e)
     ev->type = removed ? KVR_EV_REMOVED : KVR_EV_STORED;
     ev->tier = (kvr_tier)tier;
     expect_hashes(x, field(e, 1, "block_hashes"));
-    expect_opt_int(field(e, removed ? 3 : 9, "group_idx"), &ev->has_group_idx, &ev->group_idx);
-    ev->kv_cache_spec_kind = json_opt_str(field(e, removed ? 4 : 10, "kv_cache_spec_kind"));
+    size_t g = removed ? 3 : 9;
+    json_t *group = field(e, g, "group_idx");
+    if (json_is_array(e) && json_is_string(group)) {
+        /* a layout without group_idx: the kind sits in its slot, group 0 */
+        ev->has_group_idx = true;
+        ev->group_idx = 0;
+        g--;
+    } else {
+        expect_opt_int(group, &ev->has_group_idx, &ev->group_idx);
+    }
+    ev->kv_cache_spec_kind = json_opt_str(field(e, g + 1, "kv_cache_spec_kind"));
+    expect_opt_int(field(e, g + 2, "kv_cache_spec_sliding_window"), &ev->has_sliding_window,
+                   &ev->sliding_window);
+    ev->locality = json_opt_str(field(e, g + 3, "locality"));
     if (removed)
         return;
     json_t *parent = field(e, 2, "parent_block_hash");
@@ -154,6 +166,9 @@ static void expect_event(expected *x, json_t *e)
     } else {
         ev->lora_name = json_opt_str(pos7);
     }
+    json_t *top_salt = json_is_object(e) ? json_object_get(e, "cache_salt") : NULL;
+    if (json_is_string(top_salt))
+        ev->cache_salt = json_opt_str(top_salt); /* a top-level key wins */
 }
 
 /* Decodes the payload's hex and compares everything with its "decoded". */
@@ -259,6 +274,26 @@ PAYLOAD_TEST(batch_one_bad_event, {
     assert_int_equal(e[2].type, KVR_EV_REMOVED);
     assert_int_equal(b.n_dropped, 1);
 })
+PAYLOAD_TEST(empty_cache_salt, {
+    /* the wire keeps what was sent: "" is present and empty */
+    assert_true(kvr_str_eq(e[0].cache_salt, "tenant-a"));
+    assert_true(kvr_str_present(e[1].cache_salt) && e[1].cache_salt.len == 0);
+    assert_true(kvr_str_present(e[2].cache_salt) && e[2].cache_salt.len == 0);
+    assert_int_equal(e[2].parent, 202);
+})
+PAYLOAD_TEST(group_idx_slot_string, {
+    assert_int_equal(b.n_dropped, 0); /* before: all three malformed_event */
+    assert_true(e[0].has_group_idx);
+    assert_int_equal(e[0].group_idx, 0);
+    assert_true(kvr_str_eq(e[0].kv_cache_spec_kind, "full_attention"));
+    assert_false(e[0].has_sliding_window);
+    assert_true(kvr_str_eq(e[0].locality, "LOCAL"));
+    assert_true(kvr_str_eq(e[1].kv_cache_spec_kind, "sliding_window"));
+    assert_int_equal(e[1].sliding_window, 128);
+    assert_int_equal(e[2].type, KVR_EV_REMOVED);
+    assert_int_equal(e[2].group_idx, 0);
+    assert_true(kvr_str_eq(e[2].kv_cache_spec_kind, "full_attention"));
+})
 PAYLOAD_TEST(unknown_medium, {
     assert_int_equal(e[0].type, KVR_EV_DROPPED);
     assert_int_equal(e[0].drop_reason, KVR_DROP_UNKNOWN_TIER);
@@ -272,7 +307,8 @@ static const struct CMUnitTest payload_tests[] = {
     cmocka_unit_test(test_vllm_map_stored),        cmocka_unit_test(test_vllm_map_removed_sliding),
     cmocka_unit_test(test_eagle_bigram),           cmocka_unit_test(test_bin_hashes),
     cmocka_unit_test(test_batch_two_fields),       cmocka_unit_test(test_batch_one_bad_event),
-    cmocka_unit_test(test_unknown_medium),
+    cmocka_unit_test(test_unknown_medium),         cmocka_unit_test(test_empty_cache_salt),
+    cmocka_unit_test(test_group_idx_slot_string),
 };
 
 /* A payload added to the fixture without its own test fails here. */
