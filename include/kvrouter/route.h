@@ -270,6 +270,86 @@ typedef struct {
 
 void kvr_router_stats_get(kvr_router *r, kvr_router_stats *out);
 
+/* ---- bookings shared between replicas ----------------------------------
+ * Several routers serving one fleet count each other's bookings (SPEC §10).
+ * The router knows no transport: a hook hears every change to this
+ * router's own bookings, and kvr_router_apply_peer feeds the other
+ * replicas' changes back. A peer's booking lives in the same load records
+ * as local ones, so a block that requests on two replicas hold on one
+ * worker counts once, as it would for two local requests; bookings are
+ * told apart by owner, so a peer booking never collides with a local one
+ * of the same request_id. Expiry is not an event: every router expires a
+ * booking booking_ttl_s after it was made, wherever it was made. */
+
+typedef enum {
+    KVR_BOOKING_BOOKED = 0,    /* kvr_route booked request_id */
+    KVR_BOOKING_PREFILL_DONE,  /* its prefill tokens stop counting */
+    KVR_BOOKING_RELEASED       /* /free */
+} kvr_booking_op;
+
+typedef struct {
+    kvr_booking_op op;
+    /* Whose booking: 0 = this router's own; any other value names the peer
+     * replica that made it (the cluster layer's replica id). */
+    uint64_t owner;
+    const char *request_id;
+    /* BOOKED only. chain: the routing sequence's chain hashes (SPEC §4)
+     * whose blocks the booking holds; unique_blocks: its blocks that no
+     * chain hash names (tail and output; a sender that shortens the chain
+     * adds what it cut here). */
+    const char *model_name;
+    const char *routing_group; /* NULL -> "default" */
+    uint64_t worker_id;
+    uint32_t dp_rank;
+    uint64_t prefill_tokens;
+    const uint64_t *chain;
+    uint32_t n_chain;
+    uint64_t unique_blocks;
+    /* kvr_router_apply_peer only: the prefill is already done, and how long
+     * ago it was booked (its TTL runs from then). */
+    bool decode;
+    double age_s;
+} kvr_booking_event;
+
+/* Called under the router's lock, in the order the changes apply, with
+ * owner 0 for this router's bookings (BOOKED from kvr_route, PREFILL_DONE
+ * and RELEASED from kvr_router_prefill_done / kvr_router_release), and with
+ * the peer's owner when kvr_router_prefill_done / kvr_router_release named a
+ * request a peer booked: this router applies it to its view of that booking
+ * and the hook must tell the owner. Never for kvr_router_apply_peer's
+ * changes (no echo) nor for expiry. The hook must not call the router; the
+ * event and its strings are valid during the call only. */
+typedef void (*kvr_booking_hook_fn)(void *user, const kvr_booking_event *ev);
+
+/* Sets (fn NULL: clears) the hook; once it returns, the previous hook is
+ * not running and will not be called again. */
+void kvr_router_set_booking_hook(kvr_router *r, kvr_booking_hook_fn fn, void *user);
+
+/* Applies a change another replica made, without calling the hook:
+ * - owner != 0: the peer's booking (owner, request_id) is booked, moved to
+ *   decode or released in this router's load view.
+ * - owner == 0: a change to this router's own booking that this router did
+ *   not make itself: a previous run of this replica (same owner id) booked
+ *   it and this run adopts it, or a peer forwards a /prefill_done or /free
+ *   of it. Adopted bookings then behave as if kvr_route had made them.
+ * Results: OK (applied; also a BOOKED already older than booking_ttl_s,
+ * which is not booked); BAD_REQUEST (request_id empty or longer than
+ * KVR_ROUTE_MAX_ID_LEN, BOOKED without a model, age_s not finite);
+ * UNKNOWN_MODEL (BOOKED for a (model, group) with no index here);
+ * DUPLICATE_ID (BOOKED of a booking this owner already has: nothing
+ * changed); UNKNOWN_ID (PREFILL_DONE / RELEASED of a booking not held,
+ * e.g. expired); NO_MEMORY (nothing changed). */
+kvr_route_status kvr_router_apply_peer(kvr_router *r, const kvr_booking_event *ev);
+
+typedef struct {
+    uint64_t active;        /* peers' bookings in the load view now */
+    uint64_t applied;       /* kvr_router_apply_peer calls that changed something */
+    uint64_t rejected;      /* ... that did not (any result other than OK) */
+    uint64_t forwarded;     /* prefill_done / release of a peer's booking (hook owner != 0) */
+} kvr_router_peer_stats;
+
+void kvr_router_peer_stats_get(kvr_router *r, kvr_router_peer_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

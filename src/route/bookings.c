@@ -177,24 +177,66 @@ static uint64_t id_hash(const char *id)
     return kvr_hash_bytes(id, strlen(id), 0);
 }
 
-/* Returns the booking and, in *link, the slot that points at it in its chain. */
-static route_booking *booking_find(route_bookings *b, const char *id, uint64_t h)
+/* owner's booking of id. The id hash leaves the owner out, so a peer
+ * booking of an id is found on the chain of the id alone. */
+static route_booking *booking_find(route_bookings *b, uint64_t owner, const char *id, uint64_t h)
 {
     uint64_t head = 0;
     if (!kvr_u64map_get(&b->ids, h, &head))
         return NULL;
     for (route_booking *bk = (route_booking *)(uintptr_t)head; bk; bk = bk->hnext)
-        if (strcmp(bk->id, id) == 0)
+        if (bk->owner == owner && strcmp(bk->id, id) == 0)
             return bk;
     return NULL;
+}
+
+bool route_booking_peer_owner(route_bookings *b, const char *id, uint64_t *owner)
+{
+    uint64_t head = 0;
+    if (!kvr_u64map_get(&b->ids, id_hash(id), &head))
+        return false;
+    for (route_booking *bk = (route_booking *)(uintptr_t)head; bk; bk = bk->hnext)
+        if (bk->owner != 0 && strcmp(bk->id, id) == 0) {
+            *owner = bk->owner;
+            return true;
+        }
+    return false;
+}
+
+/* Puts bk in the expiry list. This router's bookings come in expiry order
+ * and go to the tail; a peer's may be older than the tail (it was booked
+ * before it reached us) and walks back to its place. */
+static void expiry_insert(route_bookings *b, route_booking *bk)
+{
+    route_booking *after = b->tail;
+    while (after && after->expires_at > bk->expires_at)
+        after = after->prev;
+    bk->prev = after;
+    bk->next = after ? after->next : b->head;
+    if (bk->next)
+        bk->next->prev = bk;
+    else
+        b->tail = bk;
+    if (after)
+        after->next = bk;
+    else
+        b->head = bk;
 }
 
 int route_book(route_bookings *b, const char *id, route_load *load, uint64_t prefill_tokens,
                const uint64_t *chain, uint32_t n_chain, uint64_t unique_blocks, double now,
                uint64_t *added)
 {
+    return route_book_as(b, 0, id, load, prefill_tokens, chain, n_chain, unique_blocks, now,
+                         added);
+}
+
+int route_book_as(route_bookings *b, uint64_t owner, const char *id, route_load *load,
+                  uint64_t prefill_tokens, const uint64_t *chain, uint32_t n_chain,
+                  uint64_t unique_blocks, double booked_at, uint64_t *added)
+{
     uint64_t h = id_hash(id);
-    if (booking_find(b, id, h)) {
+    if (booking_find(b, owner, id, h)) {
         load_drop_if_idle(b, load);
         return 1;
     }
@@ -227,15 +269,13 @@ int route_book(route_bookings *b, const char *id, route_load *load, uint64_t pre
     bk->n_chain = n_chain;
     bk->unique_blocks = unique_blocks;
     bk->idhash = h;
+    bk->owner = owner;
     bk->load = load;
     bk->prefill_tokens = prefill_tokens;
-    bk->expires_at = now + b->ttl_s;
-    bk->prev = b->tail;
-    if (b->tail)
-        b->tail->next = bk;
-    else
-        b->head = bk;
-    b->tail = bk;
+    bk->expires_at = booked_at + b->ttl_s;
+    expiry_insert(b, bk);
+    if (owner)
+        b->n_peer++;
     load->bookings++;
     load->prefill_tokens += prefill_tokens;
     load->unique_blocks += unique_blocks;
@@ -280,6 +320,8 @@ static void booking_remove(route_bookings *b, route_booking *bk)
     else
         b->tail = bk->prev;
     b->n_active--;
+    if (bk->owner)
+        b->n_peer--;
     free(bk->id);
     free(bk->chain);
     free(bk);
@@ -297,9 +339,9 @@ size_t route_bookings_expire(route_bookings *b, double now)
     return n;
 }
 
-kvr_route_status route_booking_prefill_done(route_bookings *b, const char *id)
+kvr_route_status route_booking_prefill_done(route_bookings *b, uint64_t owner, const char *id)
 {
-    route_booking *bk = booking_find(b, id, id_hash(id));
+    route_booking *bk = booking_find(b, owner, id, id_hash(id));
     if (!bk)
         return KVR_ROUTE_UNKNOWN_ID;
     /* A repeated /prefill_done is harmless: the tokens left once. */
@@ -311,9 +353,9 @@ kvr_route_status route_booking_prefill_done(route_bookings *b, const char *id)
     return KVR_ROUTE_OK;
 }
 
-kvr_route_status route_booking_release(route_bookings *b, const char *id)
+kvr_route_status route_booking_release(route_bookings *b, uint64_t owner, const char *id)
 {
-    route_booking *bk = booking_find(b, id, id_hash(id));
+    route_booking *bk = booking_find(b, owner, id, id_hash(id));
     if (!bk)
         return KVR_ROUTE_UNKNOWN_ID;
     booking_remove(b, bk);
@@ -327,26 +369,25 @@ static int check_id(const char *id)
 }
 
 /* A booking expired by now is unknown to op, as if the sweeper had run. */
-static kvr_route_status booking_op(kvr_router *r, const char *request_id,
-                                   kvr_route_status (*op)(route_bookings *, const char *))
+static kvr_route_status booking_op(kvr_router *r, const char *request_id, kvr_booking_op op)
 {
     if (!check_id(request_id))
         return KVR_ROUTE_UNKNOWN_ID;
     pthread_mutex_lock(&r->mu);
     route_bookings_expire(&r->bk, route_now());
-    kvr_route_status st = op(&r->bk, request_id);
+    kvr_route_status st = route_client_op(r, request_id, op);
     pthread_mutex_unlock(&r->mu);
     return st;
 }
 
 kvr_route_status kvr_router_prefill_done(kvr_router *r, const char *request_id)
 {
-    return booking_op(r, request_id, route_booking_prefill_done);
+    return booking_op(r, request_id, KVR_BOOKING_PREFILL_DONE);
 }
 
 kvr_route_status kvr_router_release(kvr_router *r, const char *request_id)
 {
-    return booking_op(r, request_id, route_booking_release);
+    return booking_op(r, request_id, KVR_BOOKING_RELEASED);
 }
 
 size_t kvr_router_sweep(kvr_router *r)

@@ -30,6 +30,7 @@ typedef struct route_load {
 
 typedef struct route_booking {
     char *id;
+    uint64_t owner;                   /* 0: this router's; else the peer replica that booked it */
     uint64_t idhash;
     struct route_booking *hnext;      /* same idhash */
     struct route_booking *prev, *next; /* creation order == expiry order (one TTL) */
@@ -50,6 +51,7 @@ typedef struct {
     uint64_t n_active, expired, released, prefill_done;
     uint64_t n_loads; /* route_load entries; idle ones are freed */
     uint64_t n_refs;  /* chain entries over all bookings */
+    uint64_t n_peer;  /* active bookings of other replicas (owner != 0) */
 } route_bookings;
 
 void route_bookings_init(route_bookings *b, double ttl_s);
@@ -66,8 +68,15 @@ uint32_t route_load_held_prefix(const route_load *l, const uint64_t *chain, uint
 int route_book(route_bookings *b, const char *id, route_load *load, uint64_t prefill_tokens,
                const uint64_t *chain, uint32_t n_chain, uint64_t unique_blocks, double now,
                uint64_t *added);
-kvr_route_status route_booking_prefill_done(route_bookings *b, const char *id);
-kvr_route_status route_booking_release(route_bookings *b, const char *id);
+/* route_book for owner's booking (0: this router's), booked at booked_at
+ * (earlier than now for a peer's), kept in expiry order. */
+int route_book_as(route_bookings *b, uint64_t owner, const char *id, route_load *load,
+                  uint64_t prefill_tokens, const uint64_t *chain, uint32_t n_chain,
+                  uint64_t unique_blocks, double booked_at, uint64_t *added);
+kvr_route_status route_booking_prefill_done(route_bookings *b, uint64_t owner, const char *id);
+kvr_route_status route_booking_release(route_bookings *b, uint64_t owner, const char *id);
+/* The owner of some peer booking (owner != 0) of id; false when none. */
+bool route_booking_peer_owner(route_bookings *b, const char *id, uint64_t *owner);
 size_t route_bookings_expire(route_bookings *b, double now);
 double route_now(void);
 
@@ -133,8 +142,11 @@ struct kvr_router {
     route_scratch *pool;
     pthread_mutex_t ranks_mu;
     route_rank_group *rank_groups;
-    pthread_mutex_t mu; /* bookings, loads, rng */
+    pthread_mutex_t mu; /* bookings, loads, rng, the booking hook */
     route_bookings bk;
+    kvr_booking_hook_fn hook; /* booking_share.c; called under mu */
+    void *hook_user;
+    uint64_t peer_applied, peer_rejected, peer_forwarded; /* under mu */
     uint64_t rng;
     atomic_uint_fast64_t queries, routes, hash_passes;
 };
@@ -165,6 +177,14 @@ int route_match_profiles(route_scratch *s, kvr_index *idx, uint32_t block_size,
                          const kvr_query_request *req);
 /* Turns every profile's local hashes into chain hashes (SPEC §4), in place. */
 void route_chain_profiles(route_scratch *s);
+
+/* booking_share.c, caller holds r->mu. The hook hears a booking kvr_route
+ * just made; route_client_op is /prefill_done or /free of a local or a
+ * peer's booking. */
+void route_share_booked(kvr_router *r, const kvr_query_request *q, const kvr_route_cost *c,
+                        uint64_t prefill_tokens, const uint64_t *chain, uint32_t n_chain,
+                        uint64_t unique_blocks, const char *request_id);
+kvr_route_status route_client_op(kvr_router *r, const char *request_id, kvr_booking_op op);
 
 /* rng (router.c), caller holds r->mu. Uniform in [0, 1). */
 double route_rng_uniform(kvr_router *r);

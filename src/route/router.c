@@ -218,7 +218,7 @@ void kvr_router_stats_get(kvr_router *r, kvr_router_stats *out)
     out->routes = atomic_load(&r->routes);
     out->hash_passes = atomic_load(&r->hash_passes);
     pthread_mutex_lock(&r->mu);
-    out->bookings_active = r->bk.n_active;
+    out->bookings_active = r->bk.n_active - r->bk.n_peer; /* peers': kvr_router_peer_stats */
     out->bookings_expired = r->bk.expired;
     out->bookings_released = r->bk.released;
     out->prefill_done = r->bk.prefill_done;

@@ -297,6 +297,8 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
         }
         out->booked_prefill_tokens = prefill;
         out->booked_blocks = added;
+        route_share_booked(r, &req->q, &c[pick], prefill, pr->hashes, (uint32_t)pr->n_blocks,
+                           unique[s->entry_profile[pick]], req->request_id);
     }
     pthread_mutex_unlock(&r->mu);
     free(unique);
