@@ -34,8 +34,8 @@ static bool given(json_t *body, const char *key)
     return v && !json_is_null(v);
 }
 
-/* mm_hash: a JSON integer (negative = its u64 bits, since JSON numbers
- * above 2^63 do not parse), or a 16-hex-digit string, or a 64-hex-digit
+/* mm_hash: a JSON integer up to 2^64 - 1 (a negative one = its u64 bits),
+ * or a 16-hex-digit string, or a 64-hex-digit
  * string (a SHA-256 image hash) of which the last 16 digits count — the
  * last 8 bytes big-endian, the same rule as a wire `bin` hash (SPEC §3). */
 static bool parse_mm_hash(const json_t *v, uint64_t *out)
@@ -44,6 +44,8 @@ static bool parse_mm_hash(const json_t *v, uint64_t *out)
         *out = (uint64_t)json_integer_value(v);
         return true;
     }
+    if (kvr_json_body_u64(v, out))
+        return true;
     if (!json_is_string(v))
         return false;
     const char *s = json_string_value(v);
@@ -369,11 +371,11 @@ void kvr_api_route(kvr_server *srv, const kvr_json_body *b, kvr_api_reply *reply
     parsed_free(&p);
 }
 
-/* token_ids: a u32 vector, no json_t per token. mm_hash: u64 identities
- * above INT64_MAX as plain JSON numbers (jansson refuses them) arrive as the
- * same-bits int64, which parse_mm_hash reads back as u64. */
+/* token_ids: a u32 vector, no json_t per token (u64 numbers above
+ * INT64_MAX, in mm_hash or worker_id, are the body parser's for every
+ * endpoint). */
 static const char *const vec_keys[] = {"token_ids", NULL};
-const kvr_json_body_opts kvr_api_route_body_opts = {vec_keys, "mm_hash"};
+const kvr_json_body_opts kvr_api_route_body_opts = {vec_keys};
 
 static void booking_call(kvr_server *srv, json_t *body, kvr_api_reply *reply, bool release)
 {

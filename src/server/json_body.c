@@ -5,14 +5,27 @@
  * replaced in the text by a placeholder string; every other byte still goes
  * through jansson, so validation stays jansson's. After json_loadb the
  * placeholders become the arrays again, or, for the caller's vec_keys at
- * the top level, stay integer vectors with no json_t per element. */
+ * the top level, stay integer vectors with no json_t per element.
+ *
+ * The same detour carries u64 identities (SPEC §7.1): jansson refuses
+ * integers above INT64_MAX, so each such integer is replaced by a u64
+ * marker string, which stays in the tree where the member is a u64 field
+ * (kvr_json_body_u64 and kvr_json_u64 read it) and fails the parse
+ * anywhere else, as jansson would have.
+ *
+ * Validity is jansson's, always: a placeholder that did not end up as a
+ * value where it stood in for one (an array or a number written as an
+ * object key, say) fails the detour, and the original text goes to
+ * jansson, which gives the exact error. */
 #include "server/json_body.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 /* Shorter arrays are not worth the detour. */
@@ -21,7 +34,8 @@
 typedef struct {
     size_t start, end; /* text replaced, end exclusive */
     size_t first, n;   /* vals[first .. first+n) */
-    bool array;        /* else one u64 member value rewritten as its int64 bits */
+    bool array;        /* else one integer above INT64_MAX (its u64 bits in vals) */
+    bool big;          /* array: holds an element above INT64_MAX (u64 bits) */
 } span;
 
 typedef struct {
@@ -31,6 +45,67 @@ typedef struct {
     size_t n_vals, cap_vals;
     bool oom;
 } fast_state;
+
+/* Members whose values (or array elements) are u64 identities. */
+static const char *const u64_keys[] = {
+    "instance_id", "worker_id",   "mm_hash",     "block_hashes", "allowed_workers",
+    "block_hash",  "tokens_hash", "parent_hash", "event_id",     NULL,
+};
+
+static bool is_u64_key(const char *key)
+{
+    for (const char *const *k = u64_keys; *k; k++)
+        if (strcmp(*k, key) == 0)
+            return true;
+    return false;
+}
+
+/* Placeholders and markers start with "\x01kvr" and a per-process random
+ * nonce no client can guess: ":<span>" for an array, "u<digits>" for a
+ * u64. Markers outlive the parse (they stay in the tree), so the nonce is
+ * the process's, not the request's. */
+static char g_prefix[32], g_jprefix[40];
+static size_t g_plen;
+static pthread_once_t g_prefix_once = PTHREAD_ONCE_INIT;
+
+static void prefix_init(void)
+{
+    uint64_t nonce = 0;
+    if (getrandom(&nonce, sizeof nonce, GRND_NONBLOCK) != (ssize_t)sizeof nonce) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        nonce = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)&ts;
+    }
+    snprintf(g_prefix, sizeof g_prefix, "\x01kvr%016" PRIx64, nonce);
+    snprintf(g_jprefix, sizeof g_jprefix, "\\u0001kvr%016" PRIx64, nonce);
+    g_plen = strlen(g_prefix);
+}
+
+static const char *prefix(void)
+{
+    pthread_once(&g_prefix_once, prefix_init);
+    return g_prefix;
+}
+
+bool kvr_json_body_u64(const json_t *v, uint64_t *out)
+{
+    const char *p = prefix();
+    if (!json_is_string(v))
+        return false;
+    const char *s = json_string_value(v);
+    size_t n = json_string_length(v);
+    if (n < g_plen + 2 || n > g_plen + 21 || memcmp(s, p, g_plen) != 0 || s[g_plen] != 'u')
+        return false;
+    uint64_t x = 0;
+    for (size_t i = g_plen + 1; i < n; i++) {
+        unsigned d = (unsigned char)s[i] - '0';
+        if (d > 9 || x > (UINT64_MAX - d) / 10)
+            return false;
+        x = x * 10 + d;
+    }
+    *out = x;
+    return true;
+}
 
 static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
@@ -90,21 +165,28 @@ static inline const char *lex_int(const char *s, const char *end, bool *neg, uin
     return s;
 }
 
-/* "[int, int, ...]" at p (p[0] == '[') with every value within json_int_t:
- * returns the bytes consumed, or 0 to leave the array to jansson. */
+/* "[int, int, ...]" at p (p[0] == '[') with every value in [INT64_MIN,
+ * UINT64_MAX] (above INT64_MAX kept as its bits; the span is then big and
+ * has no negative value): returns the bytes consumed, or 0 to leave the
+ * array to jansson. */
 static size_t try_int_array(fast_state *st, const char *p, const char *end)
 {
     const char *s = p + 1;
     size_t first = st->n_vals;
+    bool big = false, any_neg = false;
     for (;;) {
         while (s < end && is_ws(*s))
             s++;
         bool neg;
         uint64_t v;
         s = lex_int(s, end, &neg, &v);
-        if (!s || v > (uint64_t)INT64_MAX + neg || !push_val(st, neg ? (json_int_t)(0 - v)
-                                                                    : (json_int_t)v))
+        if (!s || (neg && v > (uint64_t)INT64_MAX + 1) ||
+            !push_val(st, neg ? (json_int_t)(0 - v) : (json_int_t)v))
             goto fail;
+        big |= !neg && v > (uint64_t)INT64_MAX;
+        any_neg |= neg && v;
+        if (big && any_neg)
+            goto fail; /* u64 bits and negatives would read alike: jansson's way */
         while (s < end && is_ws(*s))
             s++; /* then ']' or ',' (not '.', 'e', 'E') */
         if (s < end && *s == ']')
@@ -113,44 +195,45 @@ static size_t try_int_array(fast_state *st, const char *p, const char *end)
             goto fail;
     }
     size_t n = st->n_vals - first;
-    if (n >= FAST_MIN_ELEMS && push_span(st, (span){0, 0, first, n, true}))
+    if (n >= FAST_MIN_ELEMS && push_span(st, (span){0, 0, first, n, true, big}))
         return (size_t)(s + 1 - p);
 fail:
     st->n_vals = first;
     return 0;
 }
 
-/* A member value above INT64_MAX at p (a digit): returns the bytes
- * consumed, or 0. */
-static size_t try_u64(fast_state *st, const char *p, const char *end)
+/* An integer above INT64_MAX (and at most UINT64_MAX) at p (a digit):
+ * returns the bytes consumed, or 0 (jansson decides). */
+static size_t try_big(fast_state *st, const char *p, const char *end)
 {
     bool neg;
     uint64_t v;
     const char *s = lex_int(p, end, &neg, &v);
     if (!s || v <= (uint64_t)INT64_MAX || (s < end && (*s == '.' || *s == 'e' || *s == 'E')))
         return 0;
-    if (!push_val(st, (json_int_t)v) || !push_span(st, (span){0, 0, st->n_vals - 1, 1, false}))
+    if (!push_val(st, (json_int_t)v) ||
+        !push_span(st, (span){0, 0, st->n_vals - 1, 1, false, true}))
         return 0;
     return (size_t)(s - p);
 }
 
-/* Finds long integer arrays (and u64_key member values) outside strings.
- * No structure is checked: jansson checks the text that results. */
-static void scan(fast_state *st, const char *buf, size_t len, const char *u64_key)
+/* Finds long integer arrays and integers above INT64_MAX outside strings.
+ * No structure is checked: jansson checks the text that results, and the
+ * splice checks that every placeholder came back as a value. */
+static void scan(fast_state *st, const char *buf, size_t len)
 {
-    size_t klen = u64_key ? strlen(u64_key) : 0, str_at = 0, str_len = 0, i = 0;
-    int after = 0; /* 1: a string just ended; 2: and then a ':' (it was a key) */
+    size_t i = 0;
+    char prev = 0; /* the last byte outside strings and whitespace ('"' for a string) */
     while (i < len && !st->oom) {
         char c = buf[i];
         size_t used = 0;
         if (c == '"') {
-            str_at = ++i;
-            while (i < len && buf[i] != '"')
+            for (i++; i < len && buf[i] != '"';)
                 i += buf[i] == '\\' ? 2 : 1;
             if (i >= len)
                 break;
-            str_len = i++ - str_at;
-            after = 1;
+            i++;
+            prev = '"';
             continue;
         }
         if (is_ws(c)) {
@@ -159,60 +242,94 @@ static void scan(fast_state *st, const char *buf, size_t len, const char *u64_ke
         }
         if (c == '[')
             used = try_int_array(st, buf + i, buf + len);
-        else if (after == 2 && c >= '1' && c <= '9' && klen && str_len == klen &&
-                 memcmp(buf + str_at, u64_key, klen) == 0)
-            used = try_u64(st, buf + i, buf + len);
+        else if (c >= '1' && c <= '9' && (prev == 0 || prev == '[' || prev == ',' || prev == ':'))
+            used = try_big(st, buf + i, buf + len); /* where a number token starts */
         if (used) {
             st->spans[st->n_spans - 1].start = i;
             st->spans[st->n_spans - 1].end = i + used;
+            prev = ']';
+        } else {
+            prev = c;
         }
-        after = c == ':' && after == 1 ? 2 : 0;
         i += used ? used : 1;
     }
 }
 
-/* Placeholders are strings no client can guess: "\u0001kvr<nonce>:<i>". */
 typedef struct {
     const fast_state *st;
-    char prefix[40];
-    size_t plen;
+    size_t consumed; /* placeholders found back as values */
 } splice_ctx;
 
-/* The array span a placeholder stands for, or -1. */
-static long span_of(const json_t *v, const splice_ctx *c)
+/* What a string of the tree is: text, an array placeholder (*span set) or
+ * a u64 marker. A string with the prefix but neither form is an error. */
+enum ph { PH_TEXT, PH_ARRAY, PH_U64, PH_BAD };
+
+static enum ph placeholder(const char *str, size_t n, const fast_state *st, size_t *span_i)
 {
-    if (!json_is_string(v) || strncmp(json_string_value(v), c->prefix, c->plen) != 0)
-        return -1;
+    if (n < g_plen || memcmp(str, g_prefix, g_plen) != 0)
+        return PH_TEXT;
+    if (n > g_plen && str[g_plen] == 'u')
+        return PH_U64;
     char *e;
-    unsigned long i = strtoul(json_string_value(v) + c->plen, &e, 10);
-    return (*e == 0 && i < c->st->n_spans && c->st->spans[i].array) ? (long)i : -1;
+    unsigned long i = strtoul(str + g_plen + (n > g_plen), &e, 10);
+    if (n > g_plen + 1 && str[g_plen] == ':' && *e == 0 && i < st->n_spans && st->spans[i].array) {
+        *span_i = i;
+        return PH_ARRAY;
+    }
+    return PH_BAD;
 }
 
-static json_t *int_array(const json_int_t *v, size_t n)
+/* A json_t for one value of vals: a JSON integer, or (a negative value of
+ * a big span: the bits of an integer above INT64_MAX) a u64 marker. */
+static json_t *val_json(json_int_t v, bool big)
+{
+    if (!big || v >= 0)
+        return json_integer(v);
+    char m[64];
+    snprintf(m, sizeof m, "%s" "u%" PRIu64, g_prefix, (uint64_t)v);
+    return json_string(m);
+}
+
+static json_t *int_array(const json_int_t *v, size_t n, bool big)
 {
     json_t *a = json_array();
     for (size_t i = 0; a && i < n; i++)
-        if (json_array_append_new(a, json_integer(v[i])) != 0) {
+        if (json_array_append_new(a, val_json(v[i], big)) != 0) {
             json_decref(a);
             a = NULL;
         }
     return a;
 }
 
-static bool splice(json_t *j, const splice_ctx *c);
+static bool splice(json_t *j, bool u64, splice_ctx *c);
 
-/* *rep: the array v stands for when it is a placeholder; else recurses. */
-static bool visit(json_t *v, const splice_ctx *c, json_t **rep)
+/* *rep: the array v stands for when it is a placeholder; else recurses.
+ * u64: v is a u64 member's value or one of its elements. */
+static bool visit(json_t *v, bool u64, splice_ctx *c, json_t **rep)
 {
-    long i = span_of(v, c);
     *rep = NULL;
-    if (i < 0)
-        return splice(v, c);
-    *rep = int_array(c->st->vals + c->st->spans[i].first, c->st->spans[i].n);
-    return *rep != NULL;
+    if (!json_is_string(v))
+        return splice(v, u64, c);
+    size_t i;
+    switch (placeholder(json_string_value(v), json_string_length(v), c->st, &i)) {
+    case PH_TEXT:
+        return true;
+    case PH_U64: /* stays a marker, for kvr_json_body_u64 */
+        c->consumed++;
+        return u64;
+    case PH_ARRAY:
+        if (c->st->spans[i].big && !u64)
+            return false;
+        c->consumed++;
+        *rep = int_array(c->st->vals + c->st->spans[i].first, c->st->spans[i].n,
+                         c->st->spans[i].big);
+        return *rep != NULL;
+    default:
+        return false;
+    }
 }
 
-static bool splice(json_t *j, const splice_ctx *c)
+static bool splice(json_t *j, bool u64, splice_ctx *c)
 {
     json_t *rep;
     if (json_is_object(j)) {
@@ -220,12 +337,16 @@ static bool splice(json_t *j, const splice_ctx *c)
         json_t *v;
         json_object_foreach(j, key, v)
         {
-            if (!visit(v, c, &rep) || (rep && json_object_set_new(j, key, rep) != 0))
+            size_t i;
+            if (placeholder(key, strlen(key), c->st, &i) != PH_TEXT)
+                return false; /* an array or a number where a key must be */
+            if (!visit(v, is_u64_key(key), c, &rep) ||
+                (rep && json_object_set_new(j, key, rep) != 0))
                 return false;
         }
     } else if (json_is_array(j)) {
         for (size_t k = 0; k < json_array_size(j); k++)
-            if (!visit(json_array_get(j, k), c, &rep) ||
+            if (!visit(json_array_get(j, k), u64, c, &rep) ||
                 (rep && json_array_set_new(j, k, rep) != 0))
                 return false;
     }
@@ -241,16 +362,22 @@ static const char *vec_key(const char *const *keys, const char *key)
     return NULL;
 }
 
-/* Moves the vec_keys placeholders of the top-level object to b->vecs. */
-static bool keep_vecs(kvr_json_body *b, const char *const *keys, const splice_ctx *c)
+/* Moves the vec_keys placeholders of the top-level object to b->vecs. A
+ * vector holding a value above INT64_MAX stays in the tree (and fails
+ * there unless the key is a u64 field). */
+static bool keep_vecs(kvr_json_body *b, const char *const *keys, splice_ctx *c)
 {
     const char *key;
     json_t *v;
     void *tmp;
     json_object_foreach_safe(b->root, tmp, key, v)
     {
-        long i = span_of(v, c);
-        const char *k = i < 0 ? NULL : vec_key(keys, key);
+        size_t i;
+        const char *k = json_is_string(v) && placeholder(json_string_value(v),
+                                                         json_string_length(v), c->st,
+                                                         &i) == PH_ARRAY && !c->st->spans[i].big
+                            ? vec_key(keys, key)
+                            : NULL;
         if (!k)
             continue;
         kvr_json_vec *nv = realloc(b->vecs, (b->n_vecs + 1) * sizeof *nv);
@@ -260,16 +387,16 @@ static bool keep_vecs(kvr_json_body *b, const char *const *keys, const splice_ct
         nv[b->n_vecs].key = k;
         nv[b->n_vecs].first = c->st->spans[i].first;
         nv[b->n_vecs++].n = c->st->spans[i].n;
+        c->consumed++;
         json_object_del(b->root, key);
     }
     return true;
 }
 
 /* The body with spans replaced; *n its length. */
-static char *substitute(const char *buf, size_t len, const fast_state *st, const char *jprefix,
-                        size_t *n)
+static char *substitute(const char *buf, size_t len, const fast_state *st, size_t *n)
 {
-    size_t cap = len + st->n_spans * (strlen(jprefix) + 24) + 1;
+    size_t cap = len + st->n_spans * (strlen(g_jprefix) + 32) + 1;
     char *text = malloc(cap);
     if (!text)
         return NULL;
@@ -279,9 +406,10 @@ static char *substitute(const char *buf, size_t len, const fast_state *st, const
         memcpy(text + o, buf + at, s->start - at);
         o += s->start - at;
         if (s->array)
-            o += (size_t)snprintf(text + o, cap - o, "\"%s%zu\"", jprefix, i);
+            o += (size_t)snprintf(text + o, cap - o, "\"%s:%zu\"", g_jprefix, i);
         else
-            o += (size_t)snprintf(text + o, cap - o, "%" JSON_INTEGER_FORMAT, st->vals[s->first]);
+            o += (size_t)snprintf(text + o, cap - o, "\"%su%" PRIu64 "\"", g_jprefix,
+                                  (uint64_t)st->vals[s->first]);
         at = s->end;
     }
     memcpy(text + o, buf + at, len - at);
@@ -289,44 +417,53 @@ static char *substitute(const char *buf, size_t len, const fast_state *st, const
     return text;
 }
 
+/* The tree of the substituted text with every placeholder back, or NULL
+ * (the caller then asks jansson about the original text). */
+static json_t *parse_substituted(const char *buf, size_t len, size_t flags,
+                                 const kvr_json_body_opts *opts, const fast_state *st,
+                                 kvr_json_body *out)
+{
+    size_t n;
+    char *text = substitute(buf, len, st, &n);
+    json_error_t ignored;
+    out->root = text ? json_loadb(text, n, flags, &ignored) : NULL;
+    free(text);
+    if (!out->root)
+        return NULL;
+    splice_ctx c = {.st = st};
+    json_t *rep = NULL; /* the whole body was one array (JSON_DECODE_ANY) */
+    bool ok = (!opts->vec_keys || !json_is_object(out->root) ||
+               keep_vecs(out, opts->vec_keys, &c)) &&
+              visit(out->root, false, &c, &rep);
+    if (rep) {
+        json_decref(out->root);
+        out->root = rep;
+    }
+    if (!ok || c.consumed != st->n_spans) {
+        kvr_json_body_free(out);
+        return NULL;
+    }
+    return out->root;
+}
+
 int kvr_json_body_parse(const char *buf, size_t len, size_t flags, const kvr_json_body_opts *opts,
                         kvr_json_body *out, json_error_t *err)
 {
-    static const kvr_json_body_opts none = {NULL, NULL};
+    static const kvr_json_body_opts none = {NULL};
     if (!opts)
         opts = &none;
+    prefix();
     memset(out, 0, sizeof *out);
     fast_state st;
     memset(&st, 0, sizeof st);
-    scan(&st, buf, len, opts->u64_key);
-    if (st.n_spans && !st.oom) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t nonce = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)buf;
-        splice_ctx c = {.st = &st};
-        char jprefix[48];
-        snprintf(c.prefix, sizeof c.prefix, "\x01kvr%016" PRIx64 ":", nonce);
-        snprintf(jprefix, sizeof jprefix, "\\u0001kvr%016" PRIx64 ":", nonce);
-        c.plen = strlen(c.prefix);
-        size_t n;
-        char *text = substitute(buf, len, &st, jprefix, &n);
-        out->root = text ? json_loadb(text, n, flags, err) : NULL;
-        free(text);
-        json_t *rep = NULL; /* the whole body was one array (JSON_DECODE_ANY) */
-        if (out->root && ((opts->vec_keys && json_is_object(out->root) &&
-                           !keep_vecs(out, opts->vec_keys, &c)) ||
-                          !visit(out->root, &c, &rep)))
-            kvr_json_body_free(out);
-        if (rep) {
-            json_decref(out->root);
-            out->root = rep;
-        }
+    scan(&st, buf, len);
+    if (st.n_spans && !st.oom && parse_substituted(buf, len, flags, opts, &st, out) &&
+        out->n_vecs) {
+        out->vals = st.vals; /* the kept vectors point into it */
+        st.vals = NULL;
     }
     free(st.spans);
-    if (out->n_vecs)
-        out->vals = st.vals;
-    else
-        free(st.vals);
+    free(st.vals);
     /* No spans, or any failure: jansson on the original text, which also
      * gives the exact error. */
     if (!out->root)

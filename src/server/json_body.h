@@ -6,21 +6,29 @@
 #define KVR_SERVER_JSON_BODY_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-/* Same result and errors as json_loadb(buf, len, flags, err). */
+/* Same result and errors as json_loadb(buf, len, flags, err), except that
+ * integers above INT64_MAX (up to 2^64 - 1) are accepted where the member is
+ * a u64 field (instance_id, worker_id, mm_hash, block_hashes,
+ * allowed_workers, and the dump's block_hash, tokens_hash, parent_hash,
+ * event_id: the member's value, or the elements of its array), as u64
+ * markers that kvr_json_body_u64 reads. Anywhere else they fail as jansson
+ * fails them ("too big integer"). */
 json_t *kvr_json_load_body(const char *buf, size_t len, size_t flags, json_error_t *err);
+
+/* A u64 marker of a parsed body (an integer above INT64_MAX that stood in
+ * a u64 field) -> its value. False for anything else, including strings a
+ * client sent: the marker carries a per-process random nonce. */
+bool kvr_json_body_u64(const json_t *v, uint64_t *out);
 
 typedef struct {
     /* Top-level members (NULL-terminated) that stay out of the tree when
-     * they are long arrays of plain integers; read them with
+     * they are long arrays of plain integers within int64; read them with
      * kvr_json_body_u32 / kvr_json_body_ints. */
     const char *const *vec_keys;
-    /* Members of this name whose value is a plain integer above INT64_MAX
-     * (a u64 identity, which jansson refuses) read as the int64 with the
-     * same bits. NULL: none. */
-    const char *u64_key;
 } kvr_json_body_opts;
 
 typedef struct {

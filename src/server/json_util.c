@@ -1,12 +1,16 @@
 /* Request field parsing with errors that name the field. */
 #include "server/json_util.h"
 
+#include "server/json_body.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
 bool kvr_json_u64(const json_t *v, bool allow_negative, uint64_t *out)
 {
+    if (kvr_json_body_u64(v, out))
+        return true; /* a JSON integer above INT64_MAX */
     if (json_is_integer(v)) {
         json_int_t i = json_integer_value(v);
         if (i < 0 && !allow_negative)

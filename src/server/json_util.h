@@ -7,8 +7,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* u64 from a JSON integer or a decimal string (integers above 2^63 cannot
- * travel as JSON numbers through most clients). allow_negative: a negative
+/* u64 from a JSON integer (up to 2^64 - 1 in the u64 fields json_body.h
+ * names) or a decimal string (integers above 2^63 cannot travel as JSON
+ * numbers through many clients). allow_negative: a negative
  * integer is reinterpreted as its u64 bits (engine hashes are often i64).
  * Returns false on a wrong type or value. */
 bool kvr_json_u64(const json_t *v, bool allow_negative, uint64_t *out);

@@ -13,10 +13,11 @@
 #include "kvrouter/server.h"
 #include "server/api.h"
 #include "server/json_body.h"
+#include "server/json_util.h"
 #include "net_helpers.h"
 
 static const char *const vec_keys[] = {"k", "token_ids", "a", NULL};
-static const kvr_json_body_opts vec_opts = {vec_keys, NULL};
+static const kvr_json_body_opts vec_opts = {vec_keys};
 
 /* The kept vectors put back as arrays: must equal the jansson tree. */
 static json_t *with_vecs_back(kvr_json_body *b)
@@ -252,41 +253,120 @@ static void test_u32_view_same_either_way(void **state)
     expect_u32("\"[1,2]\"", KVR_JSON_VEC_NOT_ARRAY, 0, 0);
 }
 
-static void test_u64_key_above_int64(void **state)
+static uint64_t u64_at(json_t *v)
+{
+    uint64_t x = 0;
+    if (!kvr_json_u64(v, false, &x))
+        fail_msg("not a u64");
+    return x;
+}
+
+/* jansson refuses integers above INT64_MAX; in u64 fields (a member's value
+ * or its array's elements, at any depth) they read back exactly, anywhere
+ * else the body fails as jansson fails it. */
+static void test_u64_fields_above_int64(void **state)
 {
     (void)state;
-    /* jansson refuses integers above INT64_MAX; members named u64_key hand
-     * them on as the int64 with the same bits. */
-    static const kvr_json_body_opts opts = {NULL, "mm_hash"};
-    const char *body = "{\"mm_items\":[{\"start\":0,\"end\":1,\"mm_hash\" : 18446744073709551615},"
-                       "{\"mm_hash\":9223372036854775808},{\"mm_hash\":5},{\"mm_hash\":0}],"
-                       "\"note\":\"mm_hash\",\"x\":18446744073709551615}";
-    kvr_json_body b;
+    char *l = int_list(40, 3, ",");
+    char body[4096];
+    snprintf(body, sizeof body,
+             "{\"instance_id\" : 18446744073709551615,\"x\":{\"worker_id\":9223372036854775808},"
+             "\"block_hashes\":[1,18446744073709551614,-3],"
+             "\"allowed_workers\":[%s,18446744073709551613],"
+             "\"mm_items\":[{\"start\":0,\"mm_hash\":18446744073709551612}],"
+             "\"note\":\"mm_hash 18446744073709551615\",\"small\":5,\"id_str\":\"18446744073709551615\"}",
+             l);
     json_error_t e;
-    /* Only mm_hash values: the big "x" still fails as in jansson. */
-    assert_int_equal(kvr_json_body_parse(body, strlen(body), 0, &opts, &b, &e), -1);
-    assert_non_null(strstr(e.text, "too big"));
-    char ok[512];
-    snprintf(ok, sizeof ok, "%.*s}", (int)(strstr(body, ",\"x\"") - body), body);
-    assert_int_equal(kvr_json_body_parse(ok, strlen(ok), 0, &opts, &b, &e), 0);
-    json_t *items = json_object_get(b.root, "mm_items");
-    assert_int_equal(json_integer_value(json_object_get(json_array_get(items, 0), "mm_hash")), -1);
-    assert_true((uint64_t)json_integer_value(json_object_get(json_array_get(items, 1), "mm_hash")) ==
-                9223372036854775808ull);
-    assert_int_equal(json_integer_value(json_object_get(json_array_get(items, 2), "mm_hash")), 5);
-    assert_int_equal(json_integer_value(json_object_get(json_array_get(items, 3), "mm_hash")), 0);
-    assert_string_equal(json_string_value(json_object_get(b.root, "note")), "mm_hash");
-    kvr_json_body_free(&b);
-    /* Beyond u64, a leading zero, a fraction, or no option: jansson decides. */
-    const char *fail[] = {"{\"mm_hash\":18446744073709551616}", "{\"mm_hash\":018446744073709551615}",
-                          "{\"mm_hash\":-18446744073709551615}"};
-    for (size_t i = 0; i < sizeof fail / sizeof *fail; i++)
-        assert_int_equal(kvr_json_body_parse(fail[i], strlen(fail[i]), 0, &opts, &b, &e), -1);
+    json_t *j = kvr_json_load_body(body, strlen(body), JSON_REJECT_DUPLICATES, &e);
+    if (!j)
+        fail_msg("%s", e.text);
+    assert_true(u64_at(json_object_get(j, "instance_id")) == UINT64_MAX);
+    assert_true(u64_at(json_object_get(json_object_get(j, "x"), "worker_id")) == 1ull << 63);
+    json_t *bh = json_object_get(j, "block_hashes");
+    assert_int_equal(json_integer_value(json_array_get(bh, 0)), 1);
+    assert_true(u64_at(json_array_get(bh, 1)) == UINT64_MAX - 1);
+    assert_int_equal(json_integer_value(json_array_get(bh, 2)), -3);
+    json_t *aw = json_object_get(j, "allowed_workers"); /* a long array: the fast path */
+    assert_int_equal(json_array_size(aw), 41);
+    assert_int_equal(json_integer_value(json_array_get(aw, 39)), 3 + 39 * 7919);
+    assert_true(u64_at(json_array_get(aw, 40)) == UINT64_MAX - 2);
+    uint64_t mm;
+    assert_true(kvr_json_body_u64(
+        json_object_get(json_array_get(json_object_get(j, "mm_items"), 0), "mm_hash"), &mm));
+    assert_true(mm == UINT64_MAX - 3);
+    assert_string_equal(json_string_value(json_object_get(j, "note")), "mm_hash 18446744073709551615");
+    assert_true(u64_at(json_object_get(j, "id_str")) == UINT64_MAX); /* decimal strings still */
+    assert_false(kvr_json_body_u64(json_object_get(j, "id_str"), &mm));
+    json_decref(j);
+    free(l);
+    /* A long u64 array mixing negatives and big values takes jansson's path. */
+    char *neg = int_list(40, -100, ",");
+    snprintf(body, sizeof body, "{\"block_hashes\":[%s,18446744073709551615]}", neg);
+    j = kvr_json_load_body(body, strlen(body), 0, &e);
+    assert_non_null(j);
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(j, "block_hashes"), 0)),
+                     -100);
+    assert_true(u64_at(json_array_get(json_object_get(j, "block_hashes"), 40)) == UINT64_MAX);
+    json_decref(j);
+    /* Elsewhere, beyond u64, negative, a leading zero: jansson's answer. */
+    snprintf(body, sizeof body, "{\"x\":[%s,18446744073709551615]}", neg);
+    const char *fail[] = {"{\"model_name\":18446744073709551615}",
+                          "{\"instance_id\":18446744073709551616}",
+                          "{\"instance_id\":-18446744073709551615}",
+                          "{\"instance_id\":018446744073709551615}",
+                          "{\"token_ids\":[18446744073709551615]}",
+                          "[18446744073709551615]",
+                          "{\"a\":{\"b\":18446744073709551615},\"instance_id\":1}",
+                          body};
+    for (size_t i = 0; i < sizeof fail / sizeof *fail; i++) {
+        json_error_t ej;
+        assert_null(json_loadb(fail[i], strlen(fail[i]), 0, &ej));
+        assert_null(kvr_json_load_body(fail[i], strlen(fail[i]), 0, &e));
+        assert_string_equal(e.text, ej.text);
+        kvr_json_body vb;
+        assert_int_equal(kvr_json_body_parse(fail[i], strlen(fail[i]), 0, &vec_opts, &vb, &e),
+                         -1);
+        assert_string_equal(e.text, ej.text);
+    }
+    free(neg);
+    /* A fraction or an exponent is a real, as in jansson. */
     const char *real = "{\"mm_hash\":18446744073709551615.5}";
-    assert_int_equal(kvr_json_body_parse(real, strlen(real), 0, &opts, &b, &e), 0);
-    assert_true(json_real_value(json_object_get(b.root, "mm_hash")) > 1.8e19);
-    kvr_json_body_free(&b);
-    assert_null(kvr_json_load_body(ok, strlen(ok), 0, &e));
+    j = kvr_json_load_body(real, strlen(real), 0, &e);
+    assert_true(json_real_value(json_object_get(j, "mm_hash")) > 1.8e19);
+    json_decref(j);
+    /* A client cannot forge a marker: any nonce it guesses reads as text. */
+    const char *forged = "{\"instance_id\":\"\\u0001kvr0000000000000000u5\"}";
+    j = kvr_json_load_body(forged, strlen(forged), 0, &e);
+    assert_false(kvr_json_body_u64(json_object_get(j, "instance_id"), &mm));
+    assert_false(kvr_json_u64(json_object_get(j, "instance_id"), false, &mm));
+    json_decref(j);
+}
+
+/* A placeholder is text standing for an array or a big integer: where it
+ * lands as an object key, the original body was not JSON. Before, the key
+ * array passed as a string key (issue 10). */
+static void test_placeholder_in_key_position_is_invalid(void **state)
+{
+    (void)state;
+    char *l = int_list(32, 0, ",");
+    char doc[2048];
+    const char *shapes[] = {"{[%s]:1,\"instance_id\":77}", "{\"a\":1,[%s]:[%s]}",
+                            "{\"a\":{[%s]:2}}", "[{[%s]:1}]"};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        snprintf(doc, sizeof doc, shapes[i], l, l);
+        same_as_jansson(doc);
+        assert_null(kvr_json_load_body(doc, strlen(doc), 0, NULL));
+    }
+    const char *keys[] = {"{18446744073709551615:1}", "{\"instance_id\":1,18446744073709551615:2}",
+                          "{\"instance_id\":18446744073709551615 18446744073709551615}",
+                          "{\"block_hashes\":[18446744073709551615 1]}"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        json_error_t e, ej;
+        assert_null(json_loadb(keys[i], strlen(keys[i]), 0, &ej));
+        assert_null(kvr_json_load_body(keys[i], strlen(keys[i]), 0, &e));
+        assert_string_equal(e.text, ej.text);
+    }
+    free(l);
 }
 
 static kvr_server *one_worker_server(void)
@@ -406,7 +486,8 @@ int main(void)
         cmocka_unit_test(test_mutations_equal),
         cmocka_unit_test(test_vec_keys_only_top_level),
         cmocka_unit_test(test_u32_view_same_either_way),
-        cmocka_unit_test(test_u64_key_above_int64),
+        cmocka_unit_test(test_u64_fields_above_int64),
+        cmocka_unit_test(test_placeholder_in_key_position_is_invalid),
         cmocka_unit_test(test_query_handler_names_bad_token),
         cmocka_unit_test(test_route_handler_books_and_takes_u64_mm_hash),
     };
