@@ -183,6 +183,26 @@ typedef struct {
 kvr_unregister_result kvr_registry_unregister(kvr_registry *r, const kvr_unregistration *u,
                                               kvr_unregister_reply *reply);
 
+/* Makes the records of `origin` exactly regs (a config reload, a discovery
+ * poll): first every record of that origin whose key (model, group,
+ * worker_id, dp_rank) no entry names is unregistered (that rank only, as
+ * kvr_registry_unregister with the origin's mask); then each entry is
+ * registered, in order, as kvr_registry_register with its origin set to
+ * `origin` (so an entry takes over a record another origin made, and an
+ * unchanged entry changes nothing). All of it runs as one step on the
+ * ingest thread. A failing entry does not stop the others: replies[i]
+ * (replies may be NULL) gets entry i's reply. Returns the number of
+ * entries that failed; STOPPED counts every entry. */
+typedef struct {
+    size_t created, changed, unchanged; /* entries by result (changed: updated,
+                                           reset, listener_restarted) */
+    size_t removed;                     /* rank records unregistered */
+    size_t failed;
+} kvr_registry_sync_report;
+
+size_t kvr_registry_sync(kvr_registry *r, kvr_origin origin, const kvr_registration *regs,
+                         size_t n, kvr_registry_reply *replies, kvr_registry_sync_report *report);
+
 /* A snapshot of every registration record, in registration order (workers
  * in the order they were created, each worker's ranks in theirs). The
  * strings belong to the snapshot. */

@@ -47,10 +47,16 @@ typedef struct {
     double media_cut_weight;     /* default 0 */
 } kvr_router_config;
 
+/* Defaults from the option table (kvr_router_options). */
 void kvr_router_config_default(kvr_router_config *cfg);
 /* Sets one option by name (the field names above). -1 for an unknown name
- * or an out-of-range value. Used by --config and --router-opt key=value. */
+ * or an out-of-range value. */
 int kvr_router_config_set(kvr_router_config *cfg, const char *key, double value);
+/* The option table behind both (include/kvrouter/options.h): rows target a
+ * kvr_router_config. `serve --router-opt`, the config file's "router"
+ * object and --help use it. */
+struct kvr_option;
+const struct kvr_option *kvr_router_options(size_t *n);
 
 kvr_router *kvr_router_create(kvr_indexer *ix, const kvr_router_config *cfg);
 void kvr_router_destroy(kvr_router *r);

@@ -45,6 +45,16 @@ kvr_server *kvr_server_start(const kvr_server_config *cfg, char *err, size_t err
 int kvr_server_port(const kvr_server *srv);
 void kvr_server_stop(kvr_server *srv);
 
+/* A /register object (the format of --config workers too) into reg, with
+ * its strings borrowed from obj. Fields obj lacks take defaults' values
+ * (model_name, block_size, endpoint are then not required; origin and
+ * accepts_mm_hashes come from defaults too, so set -1 there for "unset");
+ * defaults NULL means none (origin http). false with err naming the
+ * field. */
+struct json_t;
+bool kvr_server_parse_registration(const struct json_t *obj, const kvr_registration *defaults,
+                                   kvr_registration *reg, char *err, size_t err_len);
+
 /* The server's registry: register and unregister workers from C exactly as
  * POST /register and /unregister do (include/kvrouter/registry.h). */
 kvr_registry *kvr_server_registry(kvr_server *srv);

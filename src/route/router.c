@@ -7,54 +7,7 @@
 #include "route/internal.h"
 #include "util/rng.h"
 
-void kvr_router_config_default(kvr_router_config *cfg)
-{
-    cfg->overlap_score_credit = 1.0;
-    cfg->prefill_load_scale = 1.0;
-    cfg->cpu_hit_weight = 0.75;
-    cfg->disk_hit_weight = 0.25;
-    cfg->temperature = 0.0;
-    cfg->booking_ttl_s = 600.0;
-    cfg->rng_seed = 0;
-    cfg->rank_refresh_s = 1.0;
-    cfg->unclamped_prefill = false;
-    cfg->media_cut_weight = 0.0;
-}
-
-int kvr_router_config_set(kvr_router_config *cfg, const char *key, double value)
-{
-    if (!cfg || !key || !isfinite(value) || value < 0)
-        return -1;
-    if (strcmp(key, "overlap_score_credit") == 0)
-        cfg->overlap_score_credit = value;
-    else if (strcmp(key, "prefill_load_scale") == 0)
-        cfg->prefill_load_scale = value;
-    else if (strcmp(key, "cpu_hit_weight") == 0)
-        cfg->cpu_hit_weight = value;
-    else if (strcmp(key, "disk_hit_weight") == 0)
-        cfg->disk_hit_weight = value;
-    else if (strcmp(key, "media_cut_weight") == 0)
-        cfg->media_cut_weight = value;
-    else if (strcmp(key, "temperature") == 0)
-        cfg->temperature = value;
-    else if (strcmp(key, "booking_ttl_s") == 0) {
-        if (value <= 0)
-            return -1;
-        cfg->booking_ttl_s = value;
-    } else if (strcmp(key, "rank_refresh_s") == 0) {
-        cfg->rank_refresh_s = value;
-    } else if (strcmp(key, "unclamped_prefill") == 0) {
-        if (value != 0 && value != 1)
-            return -1;
-        cfg->unclamped_prefill = value == 1;
-    } else if (strcmp(key, "rng_seed") == 0) {
-        if (value != floor(value) || value > 18446744073709549568.0)
-            return -1;
-        cfg->rng_seed = (uint64_t)value;
-    } else
-        return -1;
-    return 0;
-}
+/* kvr_router_config_default and kvr_router_config_set: router_options.c. */
 
 kvr_router *kvr_router_create(kvr_indexer *ix, const kvr_router_config *cfg)
 {

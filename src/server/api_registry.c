@@ -11,24 +11,28 @@
 #include "server/json_util.h"
 #include "server/server_internal.h"
 
-bool kvr_api_parse_registration(json_t *body, kvr_origin origin, kvr_registration *reg,
-                                kvr_json_err *e)
+bool kvr_api_parse_registration(json_t *body, const kvr_registration *defaults,
+                                kvr_registration *reg, kvr_json_err *e)
 {
     memset(reg, 0, sizeof *reg);
-    uint64_t bs = 0, rank = 0;
-    const char *mm = NULL;
-    bool accepts = false, accepts_set = false, eagle = false;
+    if (defaults)
+        *reg = *defaults;
     kvr_worker_settings *s = &reg->settings;
-    s->routing_group = KVR_DEFAULT_ROUTING_GROUP;
-    reg->origin = origin;
+    uint64_t bs = s->block_size, rank = reg->dp_rank;
+    const char *mm = NULL;
+    bool accepts = false, accepts_set = false, eagle = s->is_eagle;
+    if (!s->routing_group)
+        s->routing_group = KVR_DEFAULT_ROUTING_GROUP;
     if (!json_is_object(body)) {
         snprintf(e->msg, sizeof e->msg, "a registration must be a JSON object");
         return false;
     }
     if (!kvr_json_get_u64(body, "instance_id", true, &s->worker_id, e) ||
-        !kvr_json_get_str(body, "endpoint", true, true, KVR_ENDPOINT_MAX, &reg->endpoint, e) ||
-        !kvr_json_get_str(body, "model_name", true, true, KVR_NAME_MAX, &s->model_name, e) ||
-        !kvr_json_get_uint(body, "block_size", true, 1, KVR_MAX_BLOCK_SIZE, &bs, e) ||
+        !kvr_json_get_str(body, "endpoint", !reg->endpoint, true, KVR_ENDPOINT_MAX,
+                          &reg->endpoint, e) ||
+        !kvr_json_get_str(body, "model_name", !s->model_name, true, KVR_NAME_MAX,
+                          &s->model_name, e) ||
+        !kvr_json_get_uint(body, "block_size", bs == 0, 1, KVR_MAX_BLOCK_SIZE, &bs, e) ||
         !kvr_json_get_str(body, "routing_group", false, true, KVR_NAME_MAX, &s->routing_group,
                           e) ||
         !kvr_json_get_uint(body, "dp_rank", false, 0, KVR_MAX_DP_RANKS - 1, &rank, e) ||
@@ -43,8 +47,10 @@ bool kvr_api_parse_registration(json_t *body, kvr_origin origin, kvr_registratio
     s->block_size = (uint32_t)bs;
     reg->dp_rank = (uint32_t)rank;
     s->is_eagle = eagle;
-    s->accepts_mm_hashes = accepts_set ? (accepts ? 1 : 0) : -1;
-    s->mm_identity = KVR_MM_LEGACY;
+    if (accepts_set)
+        s->accepts_mm_hashes = accepts ? 1 : 0;
+    else if (!defaults)
+        s->accepts_mm_hashes = -1;
     if (mm && mm[0]) {
         int m = kvr_mm_identity_from_name(mm);
         if (m < 0) {
@@ -55,6 +61,16 @@ bool kvr_api_parse_registration(json_t *body, kvr_origin origin, kvr_registratio
         s->mm_identity = (kvr_mm_identity)m;
     }
     return true;
+}
+
+bool kvr_server_parse_registration(const struct json_t *obj, const kvr_registration *defaults,
+                                   kvr_registration *reg, char *err, size_t err_len)
+{
+    kvr_json_err e = {{0}};
+    if (kvr_api_parse_registration((json_t *)obj, defaults, reg, &e))
+        return true;
+    snprintf(err, err_len, "%s", e.msg);
+    return false;
 }
 
 int kvr_api_registry_status(kvr_registry_result r)
@@ -79,7 +95,9 @@ void kvr_api_register(kvr_server *srv, json_t *body, kvr_api_reply *reply)
 {
     kvr_registration reg;
     kvr_json_err e = {{0}};
-    if (!kvr_api_parse_registration(body, KVR_ORIGIN_HTTP, &reg, &e)) {
+    kvr_registration http = {.origin = KVR_ORIGIN_HTTP};
+    http.settings.accepts_mm_hashes = -1;
+    if (!kvr_api_parse_registration(body, &http, &reg, &e)) {
         kvr_api_error(reply, 400, "%s", e.msg);
         return;
     }

@@ -133,9 +133,10 @@ static int register_workers_json(kvr_server *srv, const char *text, char *err, s
     int rc = 0;
     json_array_foreach(arr, i, w)
     {
-        kvr_registration reg;
+        kvr_registration reg, config = {.origin = KVR_ORIGIN_CONFIG};
+        config.settings.accepts_mm_hashes = -1;
         kvr_json_err e = {{0}};
-        if (!kvr_api_parse_registration(w, KVR_ORIGIN_CONFIG, &reg, &e)) {
+        if (!kvr_api_parse_registration(w, &config, &reg, &e)) {
             snprintf(err, err_len, "workers[%zu]: %s", i, e.msg);
             rc = -1;
         } else {

@@ -71,10 +71,10 @@ void kvr_http_stop(kvr_server *srv);
 /* Allocates srv->endpoints from the table; -1 when out of memory. */
 int kvr_http_init_endpoints(kvr_server *srv);
 
-/* api_registry.c: a /register object (also a --config worker) -> reg, its
- * strings borrowed from body; false with e naming the field. */
-bool kvr_api_parse_registration(json_t *body, kvr_origin origin, kvr_registration *reg,
-                                kvr_json_err *e);
+/* api_registry.c: kvr_server_parse_registration with the handlers' error
+ * type. */
+bool kvr_api_parse_registration(json_t *body, const kvr_registration *defaults,
+                                kvr_registration *reg, kvr_json_err *e);
 /* The HTTP status of a registry result (201, 200, 400, 409, 503, 500). */
 int kvr_api_registry_status(kvr_registry_result r);
 

@@ -8,21 +8,10 @@
 
 #include "mock/trace.h"
 
-static char *write_tmp(const char *text)
-{
-    static char path[64];
-    snprintf(path, sizeof path, "/tmp/kvr_trace_XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-    close(fd);
-    return path;
-}
-
 static void test_load_fields(void **state)
 {
     (void)state;
-    char *p = write_tmp("{\"timestamp\": 12.5, \"input_length\": 700, \"output_length\": 9, "
+    const char *p = kvr_test_write_tmp("{\"timestamp\": 12.5, \"input_length\": 700, \"output_length\": 9, "
                         "\"hash_ids\": [4, 9]}\n\n"
                         "{\"timestamp\": 30, \"input_length\": 100, \"hash_ids\": [4]}\n");
     kvr_trace t;
@@ -46,18 +35,18 @@ static void test_load_errors_name_line(void **state)
     (void)state;
     kvr_trace t;
     char err[256];
-    char *p = write_tmp("{\"input_length\": 1, \"hash_ids\": [1]}\n{\"input_length\": 1, "
+    const char *p = kvr_test_write_tmp("{\"input_length\": 1, \"hash_ids\": [1]}\n{\"input_length\": 1, "
                         "\"hash_ids\": [-3]}\n");
     assert_int_equal(kvr_trace_load(p, 0, &t, err, sizeof err), -1);
     unlink(p);
     assert_non_null(strstr(err, ":2:"));
     assert_non_null(strstr(err, "hash_ids"));
     assert_int_equal(t.n, 0);
-    p = write_tmp("{\"input_length\": 1, \"hash_ids\": [1]}\nnot json\n");
+    p = kvr_test_write_tmp("{\"input_length\": 1, \"hash_ids\": [1]}\nnot json\n");
     assert_int_equal(kvr_trace_load(p, 0, &t, err, sizeof err), -1);
     unlink(p);
     assert_non_null(strstr(err, ":2:"));
-    p = write_tmp("{\"hash_ids\": [1]}\n");
+    p = kvr_test_write_tmp("{\"hash_ids\": [1]}\n");
     assert_int_equal(kvr_trace_load(p, 0, &t, err, sizeof err), -1);
     unlink(p);
     assert_non_null(strstr(err, "input_length"));

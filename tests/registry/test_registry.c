@@ -393,6 +393,48 @@ static void test_worker_limit_is_its_own_result(void **state)
     fx_stop(&f);
 }
 
+static void test_sync_makes_one_origin_equal_to_a_list(void **state)
+{
+    (void)state;
+    fx f;
+    fx_start(&f, 0);
+    const char *ep = "tcp://127.0.0.1:5991", *ep2 = "tcp://127.0.0.1:5990";
+    kvr_registration http = rg(NULL, 9, 0, ep);
+    assert_int_equal(kvr_registry_register(f.reg, &http, NULL), KVR_REGISTRY_CREATED);
+    kvr_registration first[] = {rg(NULL, 1, 0, ep), rg(NULL, 1, 1, ep), rg("g", 2, 0, ep)};
+    kvr_registry_sync_report rep;
+    assert_int_equal(kvr_registry_sync(f.reg, KVR_ORIGIN_CONFIG, first, 3, NULL, &rep), 0);
+    assert_int_equal(rep.created, 3);
+    assert_int_equal(kvr_registry_ranks(f.reg), 4);
+    /* Next version: rank 1 gone, worker 2 moved endpoint, worker 3 new and
+     * bad, worker 9 (http) not listed: it stays. */
+    kvr_registration second[] = {rg(NULL, 1, 0, ep), rg("g", 2, 0, ep2), rg(NULL, 3, 0, "x"),
+                                 rg(NULL, 4, 0, ep)};
+    kvr_registry_reply replies[4];
+    assert_int_equal(kvr_registry_sync(f.reg, KVR_ORIGIN_CONFIG, second, 4, replies, &rep), 1);
+    assert_int_equal(rep.removed, 1);
+    assert_int_equal(rep.unchanged, 1);
+    assert_int_equal(rep.changed, 1);
+    assert_int_equal(rep.created, 1);
+    assert_int_equal(rep.failed, 1);
+    assert_int_equal(replies[1].result, KVR_REGISTRY_LISTENER_RESTARTED);
+    assert_int_equal(replies[2].result, KVR_REGISTRY_INVALID);
+    assert_string_equal(replies[2].field, "endpoint");
+    kvr_registrations l;
+    assert_int_equal(kvr_registry_list(f.reg, &l), 0);
+    assert_int_equal(l.n, 4); /* 9/0 http, 1/0, 2/0, 4/0 */
+    assert_int_equal(l.items[0].settings.worker_id, 9);
+    assert_int_equal(l.items[0].origin, KVR_ORIGIN_HTTP);
+    for (size_t i = 1; i < l.n; i++)
+        assert_int_equal(l.items[i].origin, KVR_ORIGIN_CONFIG);
+    kvr_registrations_free(&l);
+    /* An empty list removes every config record, and only those. */
+    assert_int_equal(kvr_registry_sync(f.reg, KVR_ORIGIN_CONFIG, NULL, 0, NULL, &rep), 0);
+    assert_int_equal(rep.removed, 3);
+    assert_int_equal(kvr_registry_workers(f.reg), 1);
+    fx_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -403,6 +445,7 @@ int main(void)
         cmocka_unit_test(test_list_shows_full_settings_in_order),
         cmocka_unit_test(test_observer_hears_each_change_in_order),
         cmocka_unit_test(test_worker_limit_is_its_own_result),
+        cmocka_unit_test(test_sync_makes_one_origin_equal_to_a_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "util/hex.h"
 
@@ -108,4 +109,15 @@ json_t *kvr_test_last_line_json(const char *out)
     if (!j)
         fail_msg("last line is not JSON: %s (%s)", start, err.text);
     return j;
+}
+
+const char *kvr_test_write_tmp(const char *text)
+{
+    static char path[64];
+    snprintf(path, sizeof path, "/tmp/kvr_test_XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    return path;
 }

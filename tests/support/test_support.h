@@ -28,4 +28,8 @@ char *kvr_test_run(const char *cmdline, int *status);
  * JSON; fails the test if it is not. */
 json_t *kvr_test_last_line_json(const char *out);
 
+/* Writes text to a new temporary file; returns its path (a static buffer,
+ * valid until the next call). The caller unlinks it. */
+const char *kvr_test_write_tmp(const char *text);
+
 #endif

@@ -1,0 +1,48 @@
+/* `kvrouter serve` settings: one option table for its flags, its config
+ * file keys and its --help (include/kvrouter/options.h), and the config
+ * file's workers turned into registrations. cmd_serve.c starts the server
+ * from these and reloads them on SIGHUP. */
+#ifndef KVR_CLI_SERVE_OPTIONS_H
+#define KVR_CLI_SERVE_OPTIONS_H
+
+#include <jansson.h>
+#include <stdio.h>
+
+#include "kvrouter/options.h"
+#include "kvrouter/server.h"
+
+typedef struct {
+    kvr_server_config server;
+    char listen_addr[256];       /* server.listen_addr points here once set */
+    const char *config_path;
+    const char *workers_spec;    /* --workers id[:rank]=endpoint,... */
+    const char *model_name;      /* of --workers; default of config workers */
+    uint32_t block_size;         /* likewise */
+    const char *routing_group;   /* likewise */
+    const char *replay_endpoint; /* of --workers */
+    char *peers_text;            /* owned copy of the peers list */
+    const char **peer_list;      /* into peers_text */
+    size_t n_peers;
+    const json_t *config_workers; /* the config file's "workers" (borrowed from doc) */
+    json_t *doc;                 /* the config file, owned */
+    int log_format;              /* kvr_log_format */
+    int log_level;               /* kvr_log_level */
+    bool help;
+    /* registrations built by serve_settings_workers */
+    kvr_registration *regs;
+    size_t n_regs, cap_regs;
+    char *workers_buf;           /* --workers text the registrations point into */
+} serve_settings;
+
+/* Defaults, then the config file named by --config (if any), then every
+ * flag of argv[first..] (flags win over the file). 0, or -1 with err. */
+int serve_settings_load(serve_settings *s, int argc, char **argv, int first, char *err,
+                        size_t cap);
+/* Registrations of --workers (origin cli) and of the config file's workers
+ * (origin config), the latter taking model_name/block_size/routing_group
+ * from the settings when they lack them. They point into s. */
+int serve_settings_workers(serve_settings *s, char *err, size_t cap);
+void serve_settings_free(serve_settings *s);
+void serve_settings_help(FILE *out);
+
+#endif
