@@ -28,6 +28,10 @@ typedef struct {
     kvr_source_config source;  /* zeros -> defaults */
     kvr_router_config router;  /* filled by kvr_server_config_default */
     kvr_registry_config registry; /* zeros -> no worker limit */
+    /* /metrics also writes every per-worker family (kvr_worker_*: counters
+     * per worker, load and last event per (worker, rank)); off, a fleet of
+     * any size costs a fixed number of series (fleet totals are always on). */
+    bool metrics_per_worker;
     /* Registered before HTTP starts, in order (borrowed); each keeps its
      * origin. A failure stops the start with the entry's error. */
     const kvr_registration *workers;

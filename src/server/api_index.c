@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "server/json_util.h"
+#include "server/metrics.h"
 #include "server/scores_json.h"
 #include "server/server_internal.h"
 
@@ -154,7 +155,7 @@ void kvr_api_health(kvr_server *srv, json_t *body, kvr_api_reply *reply)
 {
     (void)body;
     reply->status = 200;
-    reply->body = json_pack("{s:s,s:f,s:I}", "status", "ok", "uptime_seconds",
-                            kvr_source_now() - srv->started_at, "workers",
+    reply->body = json_pack("{s:s,s:s,s:f,s:I}", "status", "ok", "version", kvr_server_version(),
+                            "uptime_seconds", kvr_source_now() - srv->started_at, "workers",
                             (json_int_t)kvr_indexer_list(srv->ix, NULL, NULL, NULL, 0));
 }

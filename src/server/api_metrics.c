@@ -1,215 +1,273 @@
-/* GET /metrics: Prometheus text exposition (format 0.0.4). */
+/* GET /metrics: Prometheus text exposition (format 0.0.4). This file picks
+ * the families and their order; metrics.h has the writing rules. Source and
+ * normalizer counters come from their layers' X-macro lists, so a new
+ * counter there is a new family here with nothing to add: each counter is
+ * kvr_<source_>NAME_total (gauges drop _total), except the few whose names
+ * share a prefix that makes them parts of one quantity (events_stored ->
+ * kvr_events_total{type="stored"}, see source_groups). Fleet totals always;
+ * the same families per worker, named kvr_worker_*, with
+ * metrics_per_worker. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#include "server/server_internal.h"
-#include "server/workers_snapshot.h"
+#include "server/metrics.h"
 
-/* Label value escaping per the exposition format: \\, \", \n. */
-static void label_str(char *out, size_t cap, const char *s)
+/* Counters of a list whose names start with prefix are one family, split by
+ * a label whose value is the rest of the name. */
+typedef struct {
+    const char *prefix; /* of the counter names */
+    const char *family; /* without kvr_ and _total */
+    const char *label;
+    const char *help;
+} group_rule;
+
+static const group_rule source_groups[] = {
+    {"events_", "events", "type", "KV events in applied batches, by type"},
+    {"blocks_", "blocks", "op", "Blocks named by applied events, by operation"},
+    {"replays_", "replays", "result", "Gap replays from the engine's replay endpoint, by result"},
+};
+
+typedef struct {
+    const kvr_counter_desc *descs;
+    size_t n;
+    const char *prefix;        /* of families not grouped: "source_" or "" */
+    const group_rule *groups;
+    size_t n_groups;
+    const void *total;         /* fleet sum */
+    const void *rows;          /* per worker, stride bytes apart; NULL when off */
+    size_t stride;
+} counter_list;
+
+typedef struct {
+    char name[96];     /* without kvr_ or kvr_worker_, with _total for counters */
+    const char *label; /* NULL: the family has one member */
+    const char *value; /* the label's value */
+    const char *help;
+    bool gauge;
+} family_ref;
+
+static family_ref family_of(const counter_list *cl, const kvr_counter_desc *d)
 {
-    size_t o = 0;
-    for (; *s && o + 3 < cap; s++) {
-        if (*s == '\\' || *s == '"') {
-            out[o++] = '\\';
-            out[o++] = *s;
-        } else if (*s == '\n') {
-            out[o++] = '\\';
-            out[o++] = 'n';
-        } else {
-            out[o++] = *s;
+    family_ref f = {.help = d->help, .gauge = d->kind == KVR_METRIC_GAUGE};
+    for (size_t g = 0; !f.gauge && g < cl->n_groups; g++) {
+        size_t len = strlen(cl->groups[g].prefix);
+        if (strncmp(d->name, cl->groups[g].prefix, len) == 0) {
+            snprintf(f.name, sizeof f.name, "%s_total", cl->groups[g].family);
+            f.label = cl->groups[g].label;
+            f.value = d->name + len;
+            f.help = cl->groups[g].help;
+            return f;
         }
     }
-    out[o] = 0;
+    snprintf(f.name, sizeof f.name, "%s%s%s", cl->prefix, d->name, f.gauge ? "" : "_total");
+    return f;
+}
+
+/* A counter list's families, worked out once per scrape: refs[k] is desc
+ * k's family, lead[k] the first desc of that family. */
+#define KVR_LIST_MAX 64
+typedef struct {
+    family_ref refs[KVR_LIST_MAX];
+    size_t lead[KVR_LIST_MAX];
+    size_t n;
+} list_plan;
+
+static void plan_list(const counter_list *cl, list_plan *p)
+{
+    p->n = cl->n < KVR_LIST_MAX ? cl->n : KVR_LIST_MAX;
+    for (size_t k = 0; k < p->n; k++) {
+        p->refs[k] = family_of(cl, &cl->descs[k]);
+        p->lead[k] = k;
+        for (size_t j = 0; j < k; j++)
+            if (strcmp(p->refs[j].name, p->refs[k].name) == 0) {
+                p->lead[k] = p->lead[j];
+                break;
+            }
+    }
+}
+
+/* The family led by desc `first`: fleet samples (scope "kvr_") or per-worker
+ * samples (scope "kvr_worker_"). */
+static void list_family(kvr_metrics_ctx *m, const counter_list *cl, const list_plan *p,
+                        size_t first, const char *scope)
+{
+    const family_ref *f = &p->refs[first];
+    char name[128];
+    snprintf(name, sizeof name, "%s%s", scope, f->name);
+    kvr_metrics_family(m->b, name, f->gauge ? "gauge" : "counter", f->help);
+    bool per_worker = strcmp(scope, "kvr_worker_") == 0;
+    size_t rows = per_worker ? m->s->n_workers : 1;
+    for (size_t r = 0; r < rows; r++) {
+        const void *c = per_worker ? (const char *)cl->rows + r * cl->stride : cl->total;
+        const char *wl = per_worker ? m->wlabels[r] : "";
+        for (size_t k = first; k < p->n; k++) {
+            if (p->lead[k] != first)
+                continue;
+            const family_ref *g = &p->refs[k];
+            uint64_t v = kvr_counter_value(c, &cl->descs[k]);
+            const char *sep = wl[0] && g->label ? "," : "";
+            if (g->label)
+                kvr_sbuf_printf(m->b, "%s{%s%s%s=\"%s\"} %" PRIu64 "\n", name, wl, sep,
+                                g->label, g->value, v);
+            else if (wl[0])
+                kvr_sbuf_printf(m->b, "%s{%s} %" PRIu64 "\n", name, wl, v);
+            else
+                kvr_sbuf_printf(m->b, "%s %" PRIu64 "\n", name, v);
+        }
+    }
+}
+
+static void list_families(kvr_metrics_ctx *m, const counter_list *cl, const char *scope)
+{
+    list_plan p;
+    plan_list(cl, &p);
+    for (size_t k = 0; k < p.n; k++)
+        if (p.lead[k] == k)
+            list_family(m, cl, &p, k, scope);
+}
+
+/* kvr_drops_total{reason}: from total, or per worker from the counters at
+ * rows, stride bytes apart. */
+static void drops_family(kvr_metrics_ctx *m, const char *scope, const kvr_normalizer_counters *total,
+                         const void *rows, size_t stride)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%sdrops_total", scope);
+    kvr_metrics_family(m->b, name, "counter", "Events dropped before the index, by reason");
+    size_t n = rows ? m->s->n_workers : 1;
+    for (size_t r = 0; r < n; r++) {
+        const kvr_normalizer_counters *c =
+            rows ? (const kvr_normalizer_counters *)((const char *)rows + r * stride) : total;
+        for (int d = 1; d < KVR_DROP_COUNT; d++)
+            kvr_sbuf_printf(m->b, "%s{%s%sreason=\"%s\"} %" PRIu64 "\n", name,
+                            rows ? m->wlabels[r] : "", rows ? "," : "",
+                            kvr_drop_reason_name((kvr_drop_reason)d), c->drops[d]);
+    }
 }
 
 typedef struct {
-    char model[KVR_NAME_MAX * 2];
-    char group[KVR_NAME_MAX * 2];
-    uint64_t worker;
-} wlabels;
+    kvr_source_counters src;
+    kvr_normalizer_counters norm;
+} worker_sums;
 
-#define WL "model=\"%s\",group=\"%s\",worker=\"%" PRIu64 "\""
-#define WLA(l) (l)->model, (l)->group, (l)->worker
-
-static void help(kvr_sbuf *b, const char *name, const char *type, const char *text)
+/* Source and normalizer counters: fleet totals, then per worker. */
+static void counter_lists(kvr_metrics_ctx *m)
 {
-    kvr_sbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, text, name, type);
-}
-
-/* The HELP/TYPE lines of a counter list's gauges (its counters share one
- * family, whose help the caller writes). */
-static void list_help(kvr_sbuf *b, const kvr_counter_desc *descs, size_t n, const char *prefix)
-{
-    char gauge[96];
-    for (size_t k = 0; k < n; k++) {
-        if (descs[k].kind != KVR_METRIC_GAUGE)
-            continue;
-        snprintf(gauge, sizeof gauge, "%s%s", prefix, descs[k].name);
-        help(b, gauge, "gauge", descs[k].help);
+    const kvr_workers_snapshot *s = m->s;
+    worker_sums total;
+    memset(&total, 0, sizeof total);
+    worker_sums *rows = m->per_worker ? calloc(s->n_workers ? s->n_workers : 1, sizeof *rows)
+                                      : NULL;
+    if (m->per_worker && !rows) {
+        m->b->failed = true;
+        return;
     }
-}
-
-/* A counter list's values: counters are labels of `family`; each gauge is its
- * own metric, named prefix + name. */
-static void list_values(kvr_sbuf *b, const wlabels *l, const kvr_counter_desc *descs, size_t n,
-                        const void *counters, const char *prefix, const char *family)
-{
-    for (size_t k = 0; k < n; k++) {
-        const kvr_counter_desc *d = &descs[k];
-        if (d->kind == KVR_METRIC_GAUGE)
-            kvr_sbuf_printf(b, "%s%s{" WL "} %" PRIu64 "\n", prefix, d->name, WLA(l),
-                            kvr_counter_value(counters, d));
-        else
-            kvr_sbuf_printf(b, "%s{" WL ",counter=\"%s\"} %" PRIu64 "\n", family, WLA(l),
-                            d->name, kvr_counter_value(counters, d));
-    }
-}
-
-static void worker_metrics(kvr_sbuf *b, const kvr_workers_snapshot *s)
-{
-    help(b, "kvr_events_total", "counter", "KV events received, by type");
-    help(b, "kvr_blocks_total", "counter", "Blocks named by received events, by operation");
-    help(b, "kvr_drops_total", "counter", "Events dropped, by reason");
-    help(b, "kvr_mm_total", "counter", "Media exclusion counters (SPEC 5), by name");
-    list_help(b, kvr_normalizer_counter_descs, kvr_normalizer_counter_count, "kvr_");
-    help(b, "kvr_source_total", "counter", "Sequence and transport counters, by name");
-    list_help(b, kvr_source_counter_descs, kvr_source_counter_count, "kvr_source_");
     for (size_t i = 0; i < s->n_workers; i++) {
-        const kvr_worker_info *wi = &s->workers[i];
-        wlabels l;
-        label_str(l.model, sizeof l.model, wi->model_name);
-        label_str(l.group, sizeof l.group, wi->routing_group);
-        l.worker = wi->worker_id;
-        kvr_source_counters c;
-        memset(&c, 0, sizeof c);
+        worker_sums w;
+        memset(&w, 0, sizeof w);
         for (size_t k = s->first[i]; k < s->first[i + 1]; k++)
-            kvr_source_counters_add(&c, &s->listeners[k].c);
-        kvr_normalizer_counters n;
-        memset(&n, 0, sizeof n);
-        for (uint32_t r = 0; r < wi->n_ranks; r++)
-            kvr_normalizer_counters_add(&n, &wi->ranks[r].norm);
-        const char *types[] = {"stored", "removed", "cleared", "dropped"};
-        uint64_t ev[] = {c.events_stored, c.events_removed, c.events_cleared, c.events_dropped};
-        for (int t = 0; t < 4; t++)
-            kvr_sbuf_printf(b, "kvr_events_total{" WL ",type=\"%s\"} %" PRIu64 "\n", WLA(&l),
-                            types[t], ev[t]);
-        kvr_sbuf_printf(b, "kvr_blocks_total{" WL ",op=\"stored\"} %" PRIu64 "\n", WLA(&l),
-                        c.blocks_stored);
-        kvr_sbuf_printf(b, "kvr_blocks_total{" WL ",op=\"removed\"} %" PRIu64 "\n", WLA(&l),
-                        c.blocks_removed);
-        for (int d = 1; d < KVR_DROP_COUNT; d++)
-            kvr_sbuf_printf(b, "kvr_drops_total{" WL ",reason=\"%s\"} %" PRIu64 "\n", WLA(&l),
-                            kvr_drop_reason_name((kvr_drop_reason)d), n.drops[d]);
-        list_values(b, &l, kvr_normalizer_counter_descs, kvr_normalizer_counter_count, &n,
-                    "kvr_", "kvr_mm_total");
-        list_values(b, &l, kvr_source_counter_descs, kvr_source_counter_count, &c,
-                    "kvr_source_", "kvr_source_total");
+            kvr_source_counters_add(&w.src, &s->listeners[k].c);
+        for (uint32_t r = 0; r < s->workers[i].n_ranks; r++)
+            kvr_normalizer_counters_add(&w.norm, &s->workers[i].ranks[r].norm);
+        kvr_source_counters_add(&total.src, &w.src);
+        kvr_normalizer_counters_add(&total.norm, &w.norm);
+        if (rows)
+            rows[i] = w;
     }
-    uint64_t by_state[KVR_LISTENER_STATE_COUNT] = {0};
-    for (size_t k = 0; k < s->n_listeners; k++)
-        by_state[s->listeners[k].state]++;
-    help(b, "kvr_listeners", "gauge", "ZeroMQ listeners (worker x rank), by state");
-    for (int st = 0; st < KVR_LISTENER_STATE_COUNT; st++)
-        kvr_sbuf_printf(b, "kvr_listeners{state=\"%s\"} %" PRIu64 "\n",
-                        kvr_listener_state_name((kvr_listener_state)st), by_state[st]);
+    counter_list src = {kvr_source_counter_descs, kvr_source_counter_count, "source_",
+                        source_groups, sizeof source_groups / sizeof source_groups[0],
+                        &total.src, rows ? &rows[0].src : NULL, sizeof *rows};
+    counter_list norm = {kvr_normalizer_counter_descs, kvr_normalizer_counter_count, "", NULL, 0,
+                         &total.norm, rows ? &rows[0].norm : NULL, sizeof *rows};
+    list_families(m, &src, "kvr_");
+    list_families(m, &norm, "kvr_");
+    drops_family(m, "kvr_", &total.norm, NULL, 0);
+    if (rows) {
+        list_families(m, &src, "kvr_worker_");
+        list_families(m, &norm, "kvr_worker_");
+        drops_family(m, "kvr_worker_", NULL, &rows[0].norm, sizeof *rows);
+    }
+    free(rows);
 }
 
-static void index_metrics(kvr_sbuf *b, kvr_server *srv, const kvr_workers_snapshot *s)
+static double realtime_now(void)
 {
-    help(b, "kvr_index_blocks", "gauge", "Blocks (tree nodes) in the index");
-    help(b, "kvr_index_ownerships", "gauge", "(block, owner) pairs in the index");
-    help(b, "kvr_index_bytes", "gauge", "Heap bytes held by the index");
-    for (size_t i = 0; i < s->n_workers; i++) {
-        const kvr_worker_info *wi = &s->workers[i];
-        bool seen = false;
-        for (size_t j = 0; j < i && !seen; j++)
-            seen = strcmp(s->workers[j].model_name, wi->model_name) == 0 &&
-                   strcmp(s->workers[j].routing_group, wi->routing_group) == 0;
-        kvr_index *idx = seen ? NULL : kvr_indexer_index(srv->ix, wi->model_name,
-                                                         wi->routing_group);
-        if (!idx)
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Listeners by status (Dynamo's words, as in /workers), replays in
+ * progress, and when events last arrived: the newest over the fleet, the
+ * stalest listener's, and per (worker, rank). */
+static void listener_families(kvr_metrics_ctx *m)
+{
+    const kvr_workers_snapshot *s = m->s;
+    uint64_t by_status[KVR_LSTATUS_COUNT] = {0}, replaying = 0;
+    double now = realtime_now(), newest = -1, stalest = -1;
+    for (size_t k = 0; k < s->n_listeners; k++) {
+        const kvr_listener_info *l = &s->listeners[k];
+        by_status[kvr_listener_status(l, NULL, 0)]++;
+        replaying += l->state == KVR_LISTENER_REPLAYING;
+        if (l->seconds_since_last_event < 0)
             continue;
-        kvr_index_stats st;
-        kvr_index_stats_get(idx, &st);
-        char m[KVR_NAME_MAX * 2], g[KVR_NAME_MAX * 2];
-        label_str(m, sizeof m, wi->model_name);
-        label_str(g, sizeof g, wi->routing_group);
-        kvr_sbuf_printf(b, "kvr_index_blocks{model=\"%s\",group=\"%s\"} %" PRIu64 "\n", m, g,
-                        st.nodes);
-        kvr_sbuf_printf(b, "kvr_index_ownerships{model=\"%s\",group=\"%s\"} %" PRIu64 "\n", m,
-                        g, st.ownerships);
-        kvr_sbuf_printf(b, "kvr_index_bytes{model=\"%s\",group=\"%s\"} %" PRIu64 "\n", m, g,
-                        st.bytes);
+        double t = now - l->seconds_since_last_event;
+        if (newest < 0 || t > newest)
+            newest = t;
+        if (stalest < 0 || t < stalest)
+            stalest = t;
     }
-}
-
-static void http_metrics(kvr_sbuf *b, kvr_server *srv)
-{
-    help(b, "kvr_http_request_duration_seconds", "histogram",
-         "HTTP request handling latency, by endpoint");
-    for (size_t i = 0; i < srv->n_endpoints; i++) {
-        kvr_endpoint *e = &srv->endpoints[i];
-        uint64_t cum = 0;
-        for (int k = 0; k < KVR_LAT_BUCKETS; k++) {
-            cum += atomic_load(&e->buckets[k]);
-            kvr_sbuf_printf(b,
-                            "kvr_http_request_duration_seconds_bucket{endpoint=\"%s\",le=\"%g\"} "
-                            "%" PRIu64 "\n",
-                            e->path, kvr_lat_bounds[k], cum);
+    kvr_sbuf *b = m->b;
+    kvr_metrics_family(b, "kvr_listeners", "gauge",
+                       "ZeroMQ listeners (worker x rank), by status (pending, active, paused, "
+                       "failed: as GET /workers says)");
+    for (int st = 0; st < KVR_LSTATUS_COUNT; st++)
+        kvr_sbuf_printf(b, "kvr_listeners{status=\"%s\"} %" PRIu64 "\n",
+                        kvr_lstatus_name((kvr_lstatus)st), by_status[st]);
+    kvr_metrics_family(b, "kvr_listeners_replaying", "gauge",
+                       "Listeners refilling a sequence gap from a replay endpoint");
+    kvr_sbuf_printf(b, "kvr_listeners_replaying %" PRIu64 "\n", replaying);
+    kvr_metrics_family(b, "kvr_last_event_timestamp_seconds", "gauge",
+                       "Unix time of the newest message from any listener");
+    if (newest >= 0)
+        kvr_sbuf_printf(b, "kvr_last_event_timestamp_seconds %.3f\n", newest);
+    kvr_metrics_family(b, "kvr_listener_last_event_min_timestamp_seconds", "gauge",
+                       "Unix time of the last message of the listener that has waited longest "
+                       "(listeners that never heard one count in kvr_listeners{status=\"pending\"})");
+    if (stalest >= 0)
+        kvr_sbuf_printf(b, "kvr_listener_last_event_min_timestamp_seconds %.3f\n", stalest);
+    if (!m->per_worker)
+        return;
+    kvr_metrics_family(b, "kvr_worker_last_event_timestamp_seconds", "gauge",
+                       "Unix time of the last message on the (worker, rank) listener");
+    for (size_t i = 0; i < s->n_workers; i++)
+        for (size_t k = s->first[i]; k < s->first[i + 1]; k++) {
+            const kvr_listener_info *l = &s->listeners[k];
+            if (l->seconds_since_last_event >= 0)
+                kvr_sbuf_printf(b, "kvr_worker_last_event_timestamp_seconds{%s,rank=\"%" PRIu32
+                                   "\"} %.3f\n",
+                                m->wlabels[i], l->dp_rank, now - l->seconds_since_last_event);
         }
-        uint64_t count = atomic_load(&e->count);
-        kvr_sbuf_printf(b,
-                        "kvr_http_request_duration_seconds_bucket{endpoint=\"%s\",le=\"+Inf\"} "
-                        "%" PRIu64 "\n",
-                        e->path, count);
-        kvr_sbuf_printf(b, "kvr_http_request_duration_seconds_sum{endpoint=\"%s\"} %.6f\n",
-                        e->path, (double)atomic_load(&e->sum_us) / 1e6);
-        kvr_sbuf_printf(b, "kvr_http_request_duration_seconds_count{endpoint=\"%s\"} %" PRIu64
-                        "\n", e->path, count);
-    }
-    help(b, "kvr_http_errors_total", "counter", "HTTP error replies, by endpoint and class");
-    for (size_t i = 0; i < srv->n_endpoints; i++) {
-        kvr_endpoint *e = &srv->endpoints[i];
-        kvr_sbuf_printf(b, "kvr_http_errors_total{endpoint=\"%s\",class=\"4xx\"} %" PRIu64 "\n",
-                        e->path, atomic_load(&e->status_4xx));
-        kvr_sbuf_printf(b, "kvr_http_errors_total{endpoint=\"%s\",class=\"5xx\"} %" PRIu64 "\n",
-                        e->path, atomic_load(&e->status_5xx));
-    }
-    help(b, "kvr_http_body_too_large_total", "counter", "Requests refused with 413");
-    kvr_sbuf_printf(b, "kvr_http_body_too_large_total %" PRIu64 "\n",
-                    atomic_load(&srv->requests_413));
-    help(b, "kvr_dump_records_loaded_total", "counter", "Store records loaded from peers");
-    kvr_sbuf_printf(b, "kvr_dump_records_loaded_total %" PRIu64 "\n",
-                    atomic_load(&srv->dump_records_loaded));
 }
 
-static void router_metrics(kvr_sbuf *b, kvr_server *srv)
+static bool worker_labels(kvr_metrics_ctx *m)
 {
-    kvr_router_stats st;
-    kvr_router_stats_get(srv->router, &st);
-    help(b, "kvr_router_total", "counter", "Router calls and booking outcomes, by name");
-    const struct {
-        const char *name;
-        uint64_t v;
-    } counters[] = {{"queries", st.queries},
-                    {"routes", st.routes},
-                    {"hash_passes", st.hash_passes},
-                    {"bookings_expired", st.bookings_expired},
-                    {"bookings_released", st.bookings_released},
-                    {"prefill_done", st.prefill_done}};
-    for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
-        kvr_sbuf_printf(b, "kvr_router_total{name=\"%s\"} %" PRIu64 "\n", counters[i].name,
-                        counters[i].v);
-    help(b, "kvr_router_bookings_active", "gauge", "Requests booked and not yet freed");
-    kvr_sbuf_printf(b, "kvr_router_bookings_active %" PRIu64 "\n", st.bookings_active);
-    help(b, "kvr_router_held_blocks", "gauge",
-         "Distinct blocks held by active bookings, over all (worker, rank)");
-    kvr_sbuf_printf(b, "kvr_router_held_blocks %" PRIu64 "\n", st.held_blocks);
-    help(b, "kvr_router_held_bytes", "gauge", "Memory of the booking block sets");
-    kvr_sbuf_printf(b, "kvr_router_held_bytes %" PRIu64 "\n", st.held_bytes);
+    const kvr_workers_snapshot *s = m->s;
+    m->wlabels = malloc((s->n_workers ? s->n_workers : 1) * sizeof *m->wlabels);
+    if (!m->wlabels)
+        return false;
+    for (size_t i = 0; i < s->n_workers; i++) {
+        char model[2 * KVR_NAME_MAX], group[2 * KVR_NAME_MAX];
+        kvr_metrics_label_value(model, sizeof model, s->workers[i].model_name);
+        kvr_metrics_label_value(group, sizeof group, s->workers[i].routing_group);
+        snprintf(m->wlabels[i], sizeof m->wlabels[i],
+                 "model=\"%s\",group=\"%s\",worker=\"%" PRIu64 "\"", model, group,
+                 s->workers[i].worker_id);
+    }
+    return true;
 }
 
 void kvr_api_metrics(kvr_server *srv, json_t *body, kvr_api_reply *reply)
@@ -221,12 +279,19 @@ void kvr_api_metrics(kvr_server *srv, json_t *body, kvr_api_reply *reply)
         return;
     }
     kvr_sbuf b = {0};
-    help(&b, "kvr_workers", "gauge", "Registered workers");
-    kvr_sbuf_printf(&b, "kvr_workers %zu\n", s.n_workers);
-    worker_metrics(&b, &s);
-    index_metrics(&b, srv, &s);
-    router_metrics(&b, srv);
-    http_metrics(&b, srv);
+    kvr_metrics_ctx m = {srv, &b, &s, srv->metrics_per_worker, NULL};
+    if (m.per_worker && !worker_labels(&m)) {
+        b.failed = true;
+        m.per_worker = false;
+    }
+    kvr_metrics_process(&b);
+    kvr_metrics_groups(&m);
+    listener_families(&m);
+    counter_lists(&m);
+    kvr_metrics_router(&m);
+    kvr_route_cache_write(&b, &srv->route_cache);
+    kvr_metrics_http(&m);
+    free(m.wlabels);
     kvr_workers_snapshot_free(&s);
     if (b.failed || !b.data) {
         free(b.data);

@@ -10,6 +10,7 @@
 #include "kvrouter/route.h"
 #include "server/api.h"
 #include "server/json_util.h"
+#include "server/metrics.h"
 #include "server/scores_json.h"
 #include "util/hex.h"
 
@@ -359,6 +360,7 @@ void kvr_api_route(kvr_server *srv, const kvr_json_body *b, kvr_api_reply *reply
     if (st != KVR_ROUTE_OK) {
         route_error(reply, st, d.error);
     } else {
+        kvr_route_cache_observe(&srv->route_cache, rq.q.n_tokens, d.overlap_tokens);
         reply->body = decision_json(&rq, &d);
         reply->status = 200;
         if (!reply->body) {

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/grow.h"
+
 bool kvr_scores_json_init(kvr_scores_json *b, uint32_t block_size)
 {
     memset(b, 0, sizeof *b);
@@ -61,17 +63,11 @@ static bool count_owner(kvr_scores_json *b, uint32_t gpu_blocks)
 {
     if (gpu_blocks == 0)
         return true;
-    if (gpu_blocks >= b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap <= gpu_blocks)
-            cap *= 2;
-        uint32_t *n = realloc(b->owners_at, cap * sizeof *n);
-        if (!n)
-            return false;
-        memset(n + b->cap, 0, (cap - b->cap) * sizeof *n);
-        b->owners_at = n;
-        b->cap = cap;
-    }
+    size_t old = b->cap;
+    if (kvr_grow((void **)&b->owners_at, &b->cap, (size_t)gpu_blocks + 1, sizeof *b->owners_at,
+                 64) < 0)
+        return false;
+    memset(b->owners_at + old, 0, (b->cap - old) * sizeof *b->owners_at);
     b->owners_at[gpu_blocks]++;
     return true;
 }

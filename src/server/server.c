@@ -174,6 +174,7 @@ kvr_server *kvr_server_start(const kvr_server_config *cfg_in, char *err, size_t 
     }
     srv->max_body = cfg.max_body ? cfg.max_body : KVR_DEFAULT_MAX_BODY;
     srv->started_at = kvr_source_now();
+    srv->metrics_per_worker = cfg.metrics_per_worker;
     srv->ix = kvr_http_init_endpoints(srv) == 0 ? kvr_indexer_create() : NULL;
     srv->router = srv->ix ? kvr_router_create(srv->ix, &cfg.router) : NULL;
     srv->src = srv->router ? kvr_source_create(srv->ix, &cfg.source) : NULL;

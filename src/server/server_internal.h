@@ -8,6 +8,15 @@
 #include "server/api.h"
 #include "server/json_util.h"
 
+/* Share of a routed prompt cached on the chosen worker (metrics.h). */
+#define KVR_CACHED_SHARE_BOUNDS 11
+typedef struct {
+    _Atomic uint64_t buckets[KVR_CACHED_SHARE_BOUNDS + 1]; /* non-cumulative, last = +Inf */
+    _Atomic uint64_t sum_micro;     /* sum of shares x 1e6 */
+    _Atomic uint64_t prompt_tokens; /* of every routed request */
+    _Atomic uint64_t cached_tokens; /* of those, cached on the chosen worker */
+} kvr_route_cache_stats;
+
 /* Latency histogram buckets (seconds) of every endpoint. */
 #define KVR_LAT_BUCKETS 14
 extern const double kvr_lat_bounds[KVR_LAT_BUCKETS];
@@ -62,6 +71,8 @@ struct kvr_server {
     size_t n_endpoints;
     _Atomic uint64_t requests_413, requests_404;
     _Atomic uint64_t dump_records_loaded;
+    bool metrics_per_worker;
+    kvr_route_cache_stats route_cache; /* observed by /route, written by /metrics */
 };
 
 /* http.c */

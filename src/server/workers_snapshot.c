@@ -11,10 +11,11 @@ static void do_snapshot(kvr_source *src, void *arg)
     kvr_workers_snapshot *s = arg;
     kvr_indexer *ix = kvr_source_indexer(src);
     size_t n = kvr_indexer_list(ix, NULL, NULL, NULL, 0);
-    s->workers = calloc(n ? n : 1, sizeof *s->workers);
+    /* kvr_indexer_list fills every entry it returns (15 KB each): no calloc */
+    s->workers = malloc((n ? n : 1) * sizeof *s->workers);
     s->first = calloc(n + 1, sizeof *s->first);
     size_t total = kvr_source_count(src, NULL);
-    s->listeners = calloc(total ? total : 1, sizeof *s->listeners);
+    s->listeners = malloc((total ? total : 1) * sizeof *s->listeners);
     if (!s->workers || !s->first || !s->listeners)
         return;
     s->n_workers = kvr_indexer_list(ix, NULL, NULL, s->workers, n);

@@ -61,7 +61,7 @@ static void test_lost_free_expires_without_router_calls(void **state)
     while (metric(base, "kvr_router_bookings_active") != 0 && th_now() < deadline)
         th_sleep_ms(100);
     assert_int_equal(metric(base, "kvr_router_bookings_active"), 0);
-    assert_int_equal(metric(base, "kvr_router_total{name=\"bookings_expired\"}"), 1);
+    assert_int_equal(metric(base, "kvr_router_bookings_ended_total{reason=\"expired\"}"), 1);
     assert_int_equal(metric(base, "kvr_router_held_blocks"), 0);
 
     r = th_json("POST", base, "/free", "{\"request_id\": \"lost\"}", &st);

@@ -376,12 +376,11 @@ static void test_health_and_metrics(void **state)
     char url[128], *m = NULL;
     snprintf(url, sizeof url, "%s/metrics", s.base);
     assert_int_equal(th_http("GET", url, NULL, 0, &m), 200);
-    assert_non_null(strstr(m, "kvr_workers 1\n"));
+    assert_non_null(strstr(m, "kvr_workers{model=\"m\",group=\"default\"} 1\n"));
     assert_non_null(strstr(m, "kvr_http_request_duration_seconds_count{endpoint=\"/register\"} 1"));
-    assert_non_null(strstr(m, "kvr_drops_total{model=\"m\",group=\"default\",worker=\"9\","
-                              "reason=\"parent_not_found\"} 0"));
-    assert_non_null(strstr(m, "counter=\"mm_blocks_excluded\""));
-    assert_non_null(strstr(m, "kvr_listeners{state=\"connecting\"} 1"));
+    assert_non_null(strstr(m, "kvr_drops_total{reason=\"parent_not_found\"} 0\n"));
+    assert_non_null(strstr(m, "kvr_mm_blocks_excluded_total 0\n"));
+    assert_non_null(strstr(m, "kvr_listeners{status=\"pending\"} 1\n"));
     assert_non_null(strstr(m, "kvr_index_bytes{model=\"m\",group=\"default\"}"));
     free(m);
     th_engine_stop(&e);
