@@ -84,6 +84,34 @@ static void test_serve_binary_end_to_end(void **state)
     th_engine_stop(&e);
 }
 
+/* --metrics-per-worker turns the kvr_worker_* families on; without it no
+ * series names a worker. */
+static void test_serve_metrics_per_worker_flag(void **state)
+{
+    (void)state;
+    for (int on = 0; on < 2; on++) {
+        char *argv[] = {(char *)kvr_test_binary(), "serve", "--listen", "127.0.0.1:0",
+                        "--workers", "5=tcp://127.0.0.1:1", "--model-name", "m",
+                        "--block-size", "4", on ? "--metrics-per-worker" : NULL, NULL};
+        child_t c;
+        spawn(&c, argv);
+        int port = read_port(&c);
+        assert_true(port > 0);
+        char url[96], *m = NULL;
+        snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", port);
+        assert_int_equal(th_http("GET", url, NULL, 0, &m), 200);
+        assert_non_null(strstr(m, "kvr_workers{model=\"m\",group=\"default\"} 1\n"));
+        const char *series = "kvr_worker_active_requests{model=\"m\",group=\"default\","
+                             "worker=\"5\",rank=\"0\"} 0\n";
+        if (on)
+            assert_non_null(strstr(m, series));
+        else
+            assert_null(strstr(m, "worker=\""));
+        free(m);
+        assert_int_equal(stop(&c, SIGTERM), 0);
+    }
+}
+
 static void test_serve_config_file_and_bad_args(void **state)
 {
     (void)state;
@@ -161,6 +189,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_serve_binary_end_to_end),
+        cmocka_unit_test(test_serve_metrics_per_worker_flag),
         cmocka_unit_test(test_serve_config_file_and_bad_args),
         cmocka_unit_test(test_tap_prints_events_with_seq),
     };
