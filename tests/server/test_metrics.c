@@ -429,6 +429,27 @@ static void test_route_cached_share_histogram(void **state)
     stop(&f);
 }
 
+/* Names from registrations are label values: quotes, backslashes and
+ * newlines are escaped, so the exposition still parses. */
+static void test_label_values_escaped(void **state)
+{
+    (void)state;
+    fixture f;
+    start(&f, true);
+    assert_int_equal(th_register(f.base,
+                                 "{\"instance_id\": 9, \"endpoint\": \"tcp://127.0.0.1:1\", "
+                                 "\"model_name\": \"q\\\"m\\\\x\\ny\", \"block_size\": 4}",
+                                 NULL),
+                     201);
+    exposition e;
+    scrape(&f, &e);
+    assert_true(value_of(&e, "kvr_workers{model=\"q\\\"m\\\\x\\ny\",group=\"default\"}") == 1);
+    assert_true(value_of(&e, "kvr_worker_active_requests{model=\"q\\\"m\\\\x\\ny\",group="
+                             "\"default\",worker=\"9\",rank=\"0\"}") == 0);
+    expo_free(&e);
+    stop(&f);
+}
+
 /* Every string under an "expr" key, anywhere in the dashboard. */
 static void collect_exprs(json_t *j, json_t *out)
 {
@@ -518,6 +539,7 @@ int main(void)
         cmocka_unit_test(test_process_and_build_info),
         cmocka_unit_test(test_per_worker_series_only_when_asked),
         cmocka_unit_test(test_route_cached_share_histogram),
+        cmocka_unit_test(test_label_values_escaped),
         cmocka_unit_test(test_dashboard_queries_exported_metrics),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
