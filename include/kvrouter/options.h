@@ -61,6 +61,7 @@ struct kvr_option {
     kvr_opt_json_fn set_json;    /* KVR_OPT_CUSTOM; NULL: strings go to set_text */
     unsigned flags;
     const char *alias;           /* another accepted name, e.g. Dynamo's */
+    const char *env;             /* environment variable read by kvr_opt_env, or NULL */
 };
 
 /* A table applied to one struct; `prefix` names its keys in messages
@@ -87,6 +88,10 @@ int kvr_opt_set_double(const kvr_option *o, void *target, double v, char *err, s
 /* Every row's default (rows with def NULL or "" are left alone); -1 names
  * the first default that does not parse (a table bug). */
 int kvr_opt_defaults(const kvr_option *rows, size_t n, void *target, char *err, size_t cap);
+
+/* Rows with an env variable that is set (and not empty) take its value as
+ * text. 0, or -1 with err naming the variable. */
+int kvr_opt_env(const kvr_option *rows, size_t n, void *target, char *err, size_t cap);
 
 /* Command line: if argv[*i] is a flag of one of the tables, applies it
  * (with its value argv[*i + 1] unless NO_VALUE; "--name=value" works too),

@@ -32,6 +32,16 @@ typedef struct {
      * per worker, load and last event per (worker, rank)); off, a fleet of
      * any size costs a fixed number of series (fleet totals are always on). */
     bool metrics_per_worker;
+    /* One JSON line per request appended here (NULL: none); reopened by
+     * kvr_server_reopen_logs / POST /reopen_logs after a rotation. */
+    const char *access_log;
+    const char *trace_id_header; /* its value goes to the line's trace_id; NULL -> x-trace-id */
+    /* Until this many workers are registered (from any origin: HTTP, the
+     * workers below, config, discovery, cluster), only /register,
+     * /unregister, /workers, /health, /metrics and /reopen_logs answer; every
+     * other endpoint gets 503 saying how many are missing. 0: no wait. The
+     * wait ends once; workers leaving later do not start it again. */
+    size_t min_initial_workers;
     /* Registered before HTTP starts, in order (borrowed); each keeps its
      * origin. A failure stops the start with the entry's error. */
     const kvr_registration *workers;
@@ -48,6 +58,10 @@ kvr_server *kvr_server_start(const kvr_server_config *cfg, char *err, size_t err
 /* Bound HTTP port. */
 int kvr_server_port(const kvr_server *srv);
 void kvr_server_stop(kvr_server *srv);
+
+/* Reopens the access log at its path (after logrotate renamed the file).
+ * 0 (also with no access log), or -1 with err (the old file stays in use). */
+int kvr_server_reopen_logs(kvr_server *srv, char *err, size_t err_len);
 
 /* A /register object (the format of --config workers too) into reg, with
  * its strings borrowed from obj. Fields obj lacks take defaults' values

@@ -213,16 +213,26 @@ static const kvr_option serve_rows[] = {
     NUM("max_workers", KVR_OPT_SIZE, server.registry.max_workers, 0, U64_MAX_D, "N",
         "registered workers at most (0 = unlimited); more get 503 naming max_workers"),
     CUSTOM("workers", "SPEC",
-           "id[:rank]=tcp://host:port[,...] (needs model_name and block_size); in a config "
-           "file an array of /register objects",
+           "id[:rank]=tcp://host:port[,...] (needs block_size); in a config file an array of "
+           "/register objects",
            set_workers_spec, set_workers_json),
-    STR("model_name", model_name, "M", "model of --workers, and of config workers naming none"),
+    STR("model_name", model_name, "M", "model of --workers, and of config workers naming none",
+        .def = "default"),
     NUM("block_size", KVR_OPT_U32, block_size, 1, KVR_MAX_BLOCK_SIZE, "B",
         "block size of --workers, and of config workers naming none"),
     STR("routing_group", routing_group, "G",
         "routing group of --workers, and of config workers naming none (default \"default\")"),
     STR("replay_endpoint", replay_endpoint, "E", "replay ROUTER of --workers (one worker)",
         .flags = KVR_OPT_NO_CONFIG),
+    NUM("min_initial_workers", KVR_OPT_SIZE, server.min_initial_workers, 0, U64_MAX_D, "N",
+        "until N workers are registered only /register, /unregister, /workers, /health, "
+        "/metrics and /reopen_logs answer; the rest get 503",
+        .env = "DYN_ROUTER_MIN_INITIAL_WORKERS"),
+    STR("access_log", server.access_log, "FILE",
+        "append one JSON line per request (time, method, path, status, duration_s, bytes, "
+        "remote); POST /reopen_logs reopens it"),
+    STR("trace_id_header", server.trace_id_header, "NAME",
+        "request header copied into each access-log line's trace_id", .def = "x-trace-id"),
     CUSTOM("peers", "URL,...", "load these peers' /dump before live events", set_peers,
            set_peers_json),
     CUSTOM("router_opt", "KEY=VALUE", "router setting (repeatable); keys below", set_router_opt,
@@ -236,7 +246,7 @@ static const kvr_option serve_rows[] = {
      .choices = log_formats, .def = "text", .help = "stderr lines: text, or one JSON object each"},
     {.name = "log_level", .type = KVR_OPT_CHOICE, .offset = S(log_level), .choices = log_levels,
      .def = "info", .help = "least severe level logged"},
-    STR("config", config_path, "FILE", "JSON object of the keys below; SIGHUP reloads it",
+    STR("config", config_path, "FILE", "JSON object of the keys below",
         .flags = KVR_OPT_NO_CONFIG),
     {.name = "help", .type = KVR_OPT_BOOL, .offset = S(help), .help = "this text",
      .flags = KVR_OPT_NO_CONFIG | KVR_OPT_NO_VALUE},
@@ -277,6 +287,8 @@ int serve_settings_load(serve_settings *s, int argc, char **argv, int first, cha
     }
     if (s->config_path && load_file(s, s->config_path, err, cap) != 0)
         return -1;
+    if (kvr_opt_env(rows(), N_ROWS, s, err, cap) != 0)
+        return -1;
     kvr_opt_table t = {rows(), N_ROWS, s, NULL};
     for (int i = first; i < argc;) {
         if (strcmp(argv[i], "-h") == 0) {
@@ -309,8 +321,8 @@ static kvr_registration *add_reg(serve_settings *s)
 /* "id[:rank]=endpoint,..." */
 static int spec_workers(serve_settings *s, char *err, size_t cap)
 {
-    if (!s->model_name || !s->block_size) {
-        snprintf(err, cap, "--workers needs --model-name and --block-size");
+    if (!s->block_size) {
+        snprintf(err, cap, "--workers needs --block-size");
         return -1;
     }
     free(s->workers_buf);

@@ -34,8 +34,9 @@ typedef struct {
     char *workers_buf;           /* --workers text the registrations point into */
 } serve_settings;
 
-/* Defaults, then the config file named by --config (if any), then every
- * flag of argv[first..] (flags win over the file). 0, or -1 with err. */
+/* Defaults, then the config file named by --config (if any), then the
+ * table's environment variables, then every flag of argv[first..] (each
+ * wins over what comes before). 0, or -1 with err. */
 int serve_settings_load(serve_settings *s, int argc, char **argv, int first, char *err,
                         size_t cap);
 /* Registrations of --workers (origin cli) and of the config file's workers

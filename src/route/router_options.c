@@ -9,9 +9,9 @@
 #include "kvrouter/options.h"
 #include "kvrouter/route.h"
 
-#define ROW(field, type, lo, hi, def, help)                                                \
-    {#field, type, offsetof(kvr_router_config, field), lo, hi, def, help, NULL, NULL, NULL, \
-     NULL, KVR_OPT_RELOAD, NULL}
+#define ROW(field, ty, lo, hi, dflt, text)                                                 \
+    {.name = #field, .type = ty, .offset = offsetof(kvr_router_config, field), .min = lo,   \
+     .max = hi, .def = dflt, .help = text, .flags = KVR_OPT_RELOAD}
 
 static const kvr_option router_rows[] = {
     ROW(overlap_score_credit, KVR_OPT_DOUBLE, 0, HUGE_VAL, "1.0",

@@ -111,9 +111,10 @@ void kvr_api_register(kvr_server *srv, json_t *body, kvr_api_reply *reply)
     }
     const kvr_worker_settings *s = &reg.settings;
     reply->status = kvr_api_registry_status(res);
+    /* Dynamo's client reads "status": "ok"; what happened is "result". */
     reply->body = json_pack(
-        "{s:s,s:o,s:I,s:s,s:s,s:I,s:s,s:b,s:b,s:b}", "status", kvr_registry_result_name(res),
-        "instance_id", kvr_json_u64_num(s->worker_id), "dp_rank", (json_int_t)reg.dp_rank,
+        "{s:s,s:s,s:o,s:I,s:s,s:s,s:I,s:s,s:b,s:b,s:b}", "status", "ok", "result",
+        kvr_registry_result_name(res), "instance_id", kvr_json_u64_num(s->worker_id), "dp_rank", (json_int_t)reg.dp_rank,
         "model_name", s->model_name, "routing_group", s->routing_group, "block_size",
         (json_int_t)s->block_size, "mm_identity", kvr_mm_identity_name(out.mm_identity),
         "accepts_mm_hashes", out.accepts_mm_hashes, "is_eagle", out.is_eagle, "reset",
@@ -132,7 +133,7 @@ void kvr_api_unregister(kvr_server *srv, json_t *body, kvr_api_reply *reply)
     kvr_unregistration u;
     memset(&u, 0, sizeof u);
     uint64_t rank = 0;
-    u.routing_group = KVR_DEFAULT_ROUTING_GROUP;
+    u.routing_group = NULL; /* absent: every group of the model (SPEC §7.1) */
     kvr_json_err e = {{0}};
     if (!kvr_json_get_u64(body, "instance_id", true, &u.worker_id, &e) ||
         !kvr_json_get_str(body, "model_name", true, true, KVR_NAME_MAX, &u.model_name, &e) ||
@@ -143,8 +144,9 @@ void kvr_api_unregister(kvr_server *srv, json_t *body, kvr_api_reply *reply)
         return;
     }
     json_t *r = json_object_get(body, "dp_rank");
-    u.has_rank = r && !json_is_null(r);
+    u.has_rank = u.routing_group && r && !json_is_null(r); /* without a group: ignored */
     u.dp_rank = (uint32_t)rank;
+    const char *where = u.routing_group ? u.routing_group : "any group";
     kvr_unregister_reply out;
     switch (kvr_registry_unregister(srv->registry, &u, &out)) {
     case KVR_UNREG_REMOVED:
@@ -154,12 +156,11 @@ void kvr_api_unregister(kvr_server *srv, json_t *body, kvr_api_reply *reply)
             kvr_api_error(reply, 404,
                           "field 'dp_rank': rank %" PRIu32 " of instance_id %" PRIu64
                           " is not registered for model '%s' group '%s'",
-                          u.dp_rank, u.worker_id, u.model_name, u.routing_group);
+                          u.dp_rank, u.worker_id, u.model_name, where);
         else
             kvr_api_error(reply, 404,
-                          "field 'instance_id': %" PRIu64
-                          " is not registered for model '%s' group '%s'",
-                          u.worker_id, u.model_name, u.routing_group);
+                          "field 'instance_id': %" PRIu64 " is not registered for model '%s' (%s)",
+                          u.worker_id, u.model_name, where);
         return;
     case KVR_UNREG_STOPPED:
         kvr_api_error(reply, 503, "ingest thread is not running");
@@ -169,7 +170,9 @@ void kvr_api_unregister(kvr_server *srv, json_t *body, kvr_api_reply *reply)
         return;
     }
     reply->status = 200;
-    reply->body = json_pack("{s:s,s:o,s:I}", "status", "unregistered", "instance_id",
-                            kvr_json_u64_num(u.worker_id), "listeners_stopped",
+    reply->body = json_pack("{s:s,s:s,s:o,s:I,s:I,s:I}", "status", "ok", "result", "unregistered",
+                            "instance_id", kvr_json_u64_num(u.worker_id), "ranks_removed",
+                            (json_int_t)out.ranks_removed, "workers_removed",
+                            (json_int_t)out.workers_removed, "listeners_stopped",
                             (json_int_t)out.listeners_stopped);
 }

@@ -11,8 +11,11 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "server/access_log.h"
 #include "server/json_body.h"
 #include "server/server_internal.h"
+#include "util/clock.h"
+#include "util/grow.h"
 
 /* Route-layer handlers (/query, /route, /prefill_done, /free) live in
  * api_route.c; an endpoint with no handler answers 501. */
@@ -24,7 +27,9 @@ const double kvr_lat_bounds[KVR_LAT_BUCKETS] = {0.0001, 0.00025, 0.0005, 0.001, 
 typedef struct {
     char *buf;
     size_t len, cap;
+    size_t received; /* body bytes, kept ones or not */
     bool too_large;
+    double t_wall, t_mono; /* arrival, for the access log */
 } req_ctx;
 
 void kvr_api_error(kvr_api_reply *reply, int status, const char *fmt, ...)
@@ -61,17 +66,19 @@ static bool parse_body(const char *buf, size_t len, const kvr_json_body_opts *op
 
 /* Every endpoint, one row each. Rows without a handler answer 501. */
 const kvr_endpoint_def kvr_endpoint_table[] = {
-    {"POST", "/register", kvr_api_register, NULL, NULL, KVR_ACCESS_ADMIN},
-    {"POST", "/unregister", kvr_api_unregister, NULL, NULL, KVR_ACCESS_ADMIN},
-    {"GET", "/workers", kvr_api_workers, NULL, NULL, KVR_ACCESS_OPEN},
-    {"POST", "/query", NULL, kvr_api_query, &kvr_api_route_body_opts, KVR_ACCESS_QUERY},
-    {"POST", "/query_by_hash", kvr_api_query_by_hash, NULL, NULL, KVR_ACCESS_QUERY},
-    {"POST", "/route", NULL, kvr_api_route, &kvr_api_route_body_opts, KVR_ACCESS_QUERY},
-    {"POST", "/prefill_done", kvr_api_prefill_done, NULL, NULL, KVR_ACCESS_QUERY},
-    {"POST", "/free", kvr_api_free, NULL, NULL, KVR_ACCESS_QUERY},
-    {"GET", "/dump", kvr_api_dump, NULL, NULL, KVR_ACCESS_ADMIN},
-    {"GET", "/health", kvr_api_health, NULL, NULL, KVR_ACCESS_OPEN},
-    {"GET", "/metrics", kvr_api_metrics, NULL, NULL, KVR_ACCESS_OPEN},
+    /* method, path, handler, body handler, body options, access, answers early */
+    {"POST", "/register", kvr_api_register, NULL, NULL, KVR_ACCESS_ADMIN, true},
+    {"POST", "/unregister", kvr_api_unregister, NULL, NULL, KVR_ACCESS_ADMIN, true},
+    {"GET", "/workers", kvr_api_workers, NULL, NULL, KVR_ACCESS_OPEN, true},
+    {"POST", "/query", NULL, kvr_api_query, &kvr_api_route_body_opts, KVR_ACCESS_QUERY, false},
+    {"POST", "/query_by_hash", kvr_api_query_by_hash, NULL, NULL, KVR_ACCESS_QUERY, false},
+    {"POST", "/route", NULL, kvr_api_route, &kvr_api_route_body_opts, KVR_ACCESS_QUERY, false},
+    {"POST", "/prefill_done", kvr_api_prefill_done, NULL, NULL, KVR_ACCESS_QUERY, false},
+    {"POST", "/free", kvr_api_free, NULL, NULL, KVR_ACCESS_QUERY, false},
+    {"GET", "/dump", kvr_api_dump, NULL, NULL, KVR_ACCESS_ADMIN, false},
+    {"GET", "/health", kvr_api_health, NULL, NULL, KVR_ACCESS_OPEN, true},
+    {"GET", "/metrics", kvr_api_metrics, NULL, NULL, KVR_ACCESS_OPEN, true},
+    {"POST", "/reopen_logs", kvr_api_reopen_logs, NULL, NULL, KVR_ACCESS_ADMIN, true},
 };
 const size_t kvr_endpoint_table_len = sizeof kvr_endpoint_table / sizeof kvr_endpoint_table[0];
 
@@ -104,7 +111,9 @@ static void observe(kvr_endpoint *e, double secs, int status)
         atomic_fetch_add_explicit(&e->status_5xx, 1, memory_order_relaxed);
 }
 
-static enum MHD_Result send_reply(struct MHD_Connection *conn, kvr_api_reply *reply)
+/* Queues the reply; *bytes gets the body length. */
+static enum MHD_Result send_reply(struct MHD_Connection *conn, kvr_api_reply *reply,
+                                  size_t *bytes)
 {
     char *text = reply->text;
     const char *ctype = reply->content_type;
@@ -119,8 +128,8 @@ static enum MHD_Result send_reply(struct MHD_Connection *conn, kvr_api_reply *re
         }
     }
     reply->text = NULL;
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(text ? strlen(text) : 0, text, MHD_RESPMEM_MUST_FREE);
+    *bytes = text ? strlen(text) : 0;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(*bytes, text, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(text);
         return MHD_NO;
@@ -163,6 +172,14 @@ static void dispatch(kvr_server *srv, struct MHD_Connection *conn, const char *u
     }
     /* Authentication (SPEC §12) belongs here: one check of def->access. */
     const kvr_endpoint_def *def = match->def;
+    if (!def->early && !kvr_server_serving_all(srv)) {
+        kvr_api_error(reply, 503,
+                      "waiting for %zu initial workers (%zu registered; min_initial_workers, "
+                      "DYN_ROUTER_MIN_INITIAL_WORKERS)",
+                      srv->min_initial_workers, kvr_registry_workers(srv->registry));
+        observe(match, 0, reply->status);
+        return;
+    }
     double t0 = kvr_source_now();
     if (rc->too_large) {
         atomic_fetch_add(&srv->requests_413, 1);
@@ -179,7 +196,9 @@ static void dispatch(kvr_server *srv, struct MHD_Connection *conn, const char *u
         }
     } else {
         json_t *body = NULL;
-        if (strcmp(method, "POST") == 0) {
+        if (strcmp(method, "POST") == 0 && rc->received == 0) {
+            body = json_object(); /* `curl -X POST` without -d: an empty object */
+        } else if (strcmp(method, "POST") == 0) {
             kvr_json_body jb;
             if (parse_body(rc->buf, rc->len, NULL, &jb, reply))
                 body = jb.root; /* a plain tree holds nothing else */
@@ -197,6 +216,39 @@ static void dispatch(kvr_server *srv, struct MHD_Connection *conn, const char *u
     observe(match, kvr_source_now() - t0, reply->status);
 }
 
+/* "a.b.c.d:port" of the client, "" when unknown. */
+static void remote_of(struct MHD_Connection *conn, char *buf, size_t cap)
+{
+    buf[0] = 0;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!ci || !ci->client_addr || ci->client_addr->sa_family != AF_INET)
+        return;
+    const struct sockaddr_in *sa = (const struct sockaddr_in *)ci->client_addr;
+    char ip[INET_ADDRSTRLEN];
+    if (inet_ntop(AF_INET, &sa->sin_addr, ip, sizeof ip))
+        snprintf(buf, cap, "%s:%u", ip, (unsigned)ntohs(sa->sin_port));
+}
+
+static void log_access(kvr_server *srv, struct MHD_Connection *conn, const char *url,
+                       const char *method, const req_ctx *rc, int status, size_t bytes)
+{
+    char remote[64];
+    remote_of(conn, remote, sizeof remote);
+    kvr_access_record rec = {
+        .time = rc->t_wall,
+        .method = method,
+        .path = url,
+        .status = status,
+        .duration_s = kvr_clock_mono() - rc->t_mono,
+        .bytes_in = rc->received,
+        .bytes_out = bytes,
+        .remote = remote,
+        .trace_id = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, srv->trace_id_header),
+    };
+    kvr_access_log_write(srv->access_log, &rec);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -209,6 +261,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         rc = calloc(1, sizeof *rc);
         if (!rc)
             return MHD_NO;
+        rc->t_wall = kvr_clock_wall();
+        rc->t_mono = kvr_clock_mono();
         const char *cl =
             MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > srv->max_body)
@@ -219,6 +273,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (*upload_data_size > 0) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
+        rc->received += n;
         if (rc->too_large || rc->len + n > srv->max_body) {
             /* Keep reading (and discarding) so the client gets the 413. */
             rc->too_large = true;
@@ -227,23 +282,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             rc->len = rc->cap = 0;
             return MHD_YES;
         }
-        if (rc->len + n > rc->cap) {
-            size_t cap = rc->cap ? rc->cap : 4096;
-            while (cap < rc->len + n)
-                cap *= 2;
-            char *nb = realloc(rc->buf, cap);
-            if (!nb)
-                return MHD_NO;
-            rc->buf = nb;
-            rc->cap = cap;
-        }
+        if (kvr_grow((void **)&rc->buf, &rc->cap, rc->len + n, 1, 4096) != 0)
+            return MHD_NO;
         memcpy(rc->buf + rc->len, upload_data, n);
         rc->len += n;
         return MHD_YES;
     }
     kvr_api_reply reply = {0};
     dispatch(srv, conn, url, method, rc, &reply);
-    enum MHD_Result r = send_reply(conn, &reply);
+    size_t bytes = 0;
+    enum MHD_Result r = send_reply(conn, &reply, &bytes);
+    if (srv->access_log)
+        log_access(srv, conn, url, method, rc, reply.status, bytes);
     json_decref(reply.body);
     free(reply.text);
     return r;

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "kvrouter/log.h"
+#include "server/access_log.h"
 #include "server/server_internal.h"
 
 /* dump_load.c */
@@ -160,6 +161,79 @@ static int register_initial(kvr_server *srv, const kvr_server_config *cfg, char 
     return 0;
 }
 
+/* ---- the initial-workers wait (min_initial_workers) ------------------- */
+
+bool kvr_server_serving_all(kvr_server *srv) { return atomic_load(&srv->serving_all); }
+
+static void check_initial_workers(kvr_server *srv)
+{
+    if (atomic_load(&srv->serving_all))
+        return;
+    size_t n = kvr_registry_workers(srv->registry);
+    if (n >= srv->min_initial_workers && !atomic_exchange(&srv->serving_all, true))
+        kvr_log(KVR_LOG_INFO, "%zu workers registered (min_initial_workers %zu): serving every "
+                              "endpoint",
+                n, srv->min_initial_workers);
+}
+
+/* A registry observer: runs on the ingest thread after each change. */
+static void on_registration(void *user, const kvr_reg_event *ev)
+{
+    (void)ev;
+    check_initial_workers(user);
+}
+
+/* ---- logs --------------------------------------------------------------- */
+
+int kvr_server_reopen_logs(kvr_server *srv, char *err, size_t err_len)
+{
+    if (err_len)
+        err[0] = 0;
+    if (!srv->access_log)
+        return 0;
+    return kvr_access_log_reopen(srv->access_log, err, err_len);
+}
+
+void kvr_api_reopen_logs(kvr_server *srv, json_t *body, kvr_api_reply *reply)
+{
+    (void)body;
+    char err[300];
+    if (kvr_server_reopen_logs(srv, err, sizeof err) != 0) {
+        kvr_api_error(reply, 500, "%s", err);
+        return;
+    }
+    reply->status = 200;
+    reply->body = json_pack("{s:s,s:b}", "status", "ok", "access_log", srv->access_log != NULL);
+}
+
+static bool is_loopback(const char *addr)
+{
+    return strncmp(addr, "127.", 4) == 0 || strcmp(addr, "localhost") == 0;
+}
+
+/* ---- lifecycle ---------------------------------------------------------- */
+
+static int start_logs_and_wait(kvr_server *srv, const kvr_server_config *cfg, char *err,
+                               size_t err_len)
+{
+    srv->trace_id_header = strdup(cfg->trace_id_header ? cfg->trace_id_header : "x-trace-id");
+    if (!srv->trace_id_header) {
+        snprintf(err, err_len, "out of memory");
+        return -1;
+    }
+    if (cfg->access_log && cfg->access_log[0] &&
+        !(srv->access_log = kvr_access_log_open(cfg->access_log, err, err_len)))
+        return -1;
+    srv->min_initial_workers = cfg->min_initial_workers;
+    atomic_store(&srv->serving_all, cfg->min_initial_workers == 0);
+    if (cfg->min_initial_workers &&
+        kvr_registry_observe(srv->registry, on_registration, srv) != 0) {
+        snprintf(err, err_len, "cannot observe the registry");
+        return -1;
+    }
+    return 0;
+}
+
 kvr_server *kvr_server_start(const kvr_server_config *cfg_in, char *err, size_t err_len)
 {
     kvr_server_config cfg;
@@ -185,6 +259,10 @@ kvr_server *kvr_server_start(const kvr_server_config *cfg_in, char *err, size_t 
         kvr_server_stop(srv);
         return NULL;
     }
+    if (start_logs_and_wait(srv, &cfg, err, err_len) != 0) {
+        kvr_server_stop(srv);
+        return NULL;
+    }
     /* Peers first: their snapshot is the base the live streams continue. */
     for (size_t i = 0; i < cfg.n_peers; i++) {
         char e[256];
@@ -199,11 +277,22 @@ kvr_server *kvr_server_start(const kvr_server_config *cfg_in, char *err, size_t 
         return NULL;
     }
     int port = cfg.port < 0 ? KVR_DEFAULT_PORT : cfg.port;
-    if (kvr_http_start(srv, cfg.listen_addr ? cfg.listen_addr : KVR_DEFAULT_LISTEN_ADDR, port,
-                       cfg.http_threads, err, err_len) != 0) {
+    const char *addr = cfg.listen_addr ? cfg.listen_addr : KVR_DEFAULT_LISTEN_ADDR;
+    if (kvr_http_start(srv, addr, port, cfg.http_threads, err, err_len) != 0) {
         kvr_server_stop(srv);
         return NULL;
     }
+    /* SPEC §12. (Once a token can be configured, only without one.) */
+    if (!is_loopback(addr))
+        kvr_log(KVR_LOG_WARN,
+                "listening on %s:%d, beyond loopback, without authentication: anyone who can "
+                "reach this port can register and unregister workers",
+                addr, srv->port);
+    if (!atomic_load(&srv->serving_all))
+        kvr_log(KVR_LOG_INFO,
+                "waiting for %zu initial workers (%zu registered): until then only /register, "
+                "/unregister, /workers, /health, /metrics and /reopen_logs answer",
+                srv->min_initial_workers, kvr_registry_workers(srv->registry));
     return srv;
 }
 
@@ -217,6 +306,8 @@ void kvr_server_stop(kvr_server *srv)
     kvr_registry_destroy(srv->registry);
     kvr_router_destroy(srv->router);
     kvr_indexer_destroy(srv->ix);
+    kvr_access_log_close(srv->access_log);
+    free(srv->trace_id_header);
     free(srv->endpoints);
     free(srv);
 }

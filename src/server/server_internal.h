@@ -37,6 +37,7 @@ typedef struct {
     kvr_api_body_fn body_fn;           /* set: called instead of fn with the parsed body */
     const kvr_json_body_opts *opts;    /* body_fn's parse options (json_body.h) */
     kvr_access access;
+    bool early; /* answers while the server waits for min_initial_workers */
 } kvr_endpoint_def;
 
 extern const kvr_endpoint_def kvr_endpoint_table[];
@@ -69,11 +70,18 @@ struct kvr_server {
     double started_at;
     kvr_endpoint *endpoints; /* one per kvr_endpoint_table row */
     size_t n_endpoints;
+    struct kvr_access_log *access_log; /* NULL: none */
+    char *trace_id_header;
+    size_t min_initial_workers;
+    _Atomic bool serving_all;          /* the initial-workers wait is over */
     _Atomic uint64_t requests_413, requests_404;
     _Atomic uint64_t dump_records_loaded;
     bool metrics_per_worker;
     kvr_route_cache_stats route_cache; /* observed by /route, written by /metrics */
 };
+
+/* server.c: true once min_initial_workers are (or were) registered. */
+bool kvr_server_serving_all(kvr_server *srv);
 
 /* http.c */
 int kvr_http_start(kvr_server *srv, const char *addr, int port, unsigned threads, char *err,
@@ -96,6 +104,7 @@ void kvr_api_workers(kvr_server *srv, json_t *body, kvr_api_reply *reply);
 void kvr_api_query_by_hash(kvr_server *srv, json_t *body, kvr_api_reply *reply);
 void kvr_api_dump(kvr_server *srv, json_t *body, kvr_api_reply *reply);
 void kvr_api_health(kvr_server *srv, json_t *body, kvr_api_reply *reply);
+void kvr_api_reopen_logs(kvr_server *srv, json_t *body, kvr_api_reply *reply);
 void kvr_api_metrics(kvr_server *srv, json_t *body, kvr_api_reply *reply);
 
 /* Growable text buffer for non-JSON replies. */

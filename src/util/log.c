@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "util/clock.h"
+#include "util/json_text.h"
 
 static pthread_mutex_t sink_mu = PTHREAD_MUTEX_INITIALIZER;
 static kvr_log_sink_fn sink_fn; /* NULL: default writer; under sink_mu */
@@ -80,30 +81,15 @@ static json_t *u64_json(uint64_t v)
     return json_string(s);
 }
 
-/* A JSON string of s; invalid UTF-8 (an engine's bytes quoted in a
- * message) becomes '?' rather than losing the message. */
-static json_t *text_json(const char *s)
-{
-    json_t *j = json_string(s);
-    if (j)
-        return j;
-    char safe[1024];
-    size_t i = 0;
-    for (; s[i] && i < sizeof safe - 1; i++)
-        safe[i] = (unsigned char)s[i] < 0x80 ? s[i] : '?';
-    safe[i] = 0;
-    return json_string(safe);
-}
-
 static int json_line(const kvr_log_record *rec, const char *when, char *buf, size_t cap)
 {
     json_t *o = json_object();
     json_object_set_new(o, "time", json_string(when));
     json_object_set_new(o, "level", json_string(kvr_log_level_name(rec->level)));
-    json_object_set_new(o, "message", text_json(rec->message));
+    json_object_set_new(o, "message", kvr_json_text_lossy(rec->message));
     const kvr_log_context *c = rec->ctx;
     if (c && c->model)
-        json_object_set_new(o, "model", text_json(c->model));
+        json_object_set_new(o, "model", kvr_json_text_lossy(c->model));
     if (c && c->has_worker)
         json_object_set_new(o, "worker_id", u64_json(c->worker_id));
     if (c && c->has_rank)

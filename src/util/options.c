@@ -289,6 +289,21 @@ int kvr_opt_defaults(const kvr_option *rows, size_t n, void *target, char *err, 
     return 0;
 }
 
+int kvr_opt_env(const kvr_option *rows, size_t n, void *target, char *err, size_t cap)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *v = rows[i].env ? getenv(rows[i].env) : NULL;
+        if (!v || !v[0])
+            continue;
+        char e[256];
+        if (set_from_text(&rows[i], target, v, true, NULL, e, sizeof e) != 0) {
+            snprintf(err, cap, "environment %s: %s", rows[i].env, e);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static const kvr_option *find_in(const kvr_opt_table *tables, size_t n_tables, const char *name,
                                  const kvr_opt_table **which)
 {
@@ -500,5 +515,7 @@ void kvr_opt_help(FILE *out, const kvr_option *rows, size_t n, bool cli, const v
         print_wrapped(out, head, text);
         if (o->alias && cli)
             fprintf(out, "  %-26s (also --%s)\n", "", o->alias);
+        if (o->env)
+            fprintf(out, "  %-26s (environment: %s)\n", "", o->env);
     }
 }

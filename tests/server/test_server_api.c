@@ -146,7 +146,8 @@ static void test_register_semantics(void **state)
     json_t *r;
     reg_body(body, sizeof body, 1, &e, BS, NULL);
     assert_int_equal(th_register(s.base, body, &r), 201);
-    assert_string_equal(json_string_value(json_object_get(r, "status")), "created");
+    assert_string_equal(json_string_value(json_object_get(r, "status")), "ok");
+    assert_string_equal(json_string_value(json_object_get(r, "result")), "created");
     json_decref(r);
     assert_true(th_engine_wait_sub(&e, WAIT));
     uint64_t tokens[8] = {1, 2, 3, 4, 5, 6, 7, 8}, hashes[2] = {11, 12}, local[2];
@@ -159,7 +160,8 @@ static void test_register_semantics(void **state)
     reg_body(body, sizeof body, 1, &e, BS,
              ", \"mm_identity\": \"legacy\", \"routing_group\": \"default\", \"is_eagle\": false");
     assert_int_equal(th_register(s.base, body, &r), 200);
-    assert_string_equal(json_string_value(json_object_get(r, "status")), "unchanged");
+    assert_string_equal(json_string_value(json_object_get(r, "status")), "ok");
+    assert_string_equal(json_string_value(json_object_get(r, "result")), "unchanged");
     assert_true(json_is_false(json_object_get(r, "reset")));
     json_decref(r);
     assert_int_equal(th_score(s.base, "m", local, 2, 1, 0), 2 * BS);
@@ -190,7 +192,8 @@ static void test_register_semantics(void **state)
     assert_int_equal(th_register(s.base, body, &r), 200);
     assert_true(json_is_true(json_object_get(r, "reset")));
     assert_non_null(json_string_value(json_object_get(r, "message")));
-    assert_string_equal(json_string_value(json_object_get(r, "status")), "reset");
+    assert_string_equal(json_string_value(json_object_get(r, "status")), "ok");
+    assert_string_equal(json_string_value(json_object_get(r, "result")), "reset");
     json_decref(r);
     assert_int_equal(th_score(s.base, "m", local, 2, 1, 0), -1);
     /* The listener kept running: new events still arrive. */
@@ -212,14 +215,17 @@ static void test_register_semantics(void **state)
              "\"block_size\": %d, \"mm_identity\": \"engine_wide\"}",
              e3.endpoint, BS);
     assert_int_equal(th_register(s.base, body, &r), 200);
-    assert_string_equal(json_string_value(json_object_get(r, "status")), "listener_restarted");
+    assert_string_equal(json_string_value(json_object_get(r, "status")), "ok");
+    assert_string_equal(json_string_value(json_object_get(r, "result")), "listener_restarted");
     json_decref(r);
     assert_int_equal(th_score(s.base, "m", local, 2, 1, 0), 2 * BS);
     th_engine_stop(&e3);
 
     /* Unregister rank 1 only, then the whole worker. */
     assert_int_equal(post(&s, "/unregister", "{\"instance_id\":1,\"model_name\":\"m\","
-                                             "\"dp_rank\":1}", NULL, 0), 200);
+                                             "\"routing_group\":\"default\",\"dp_rank\":1}",
+                          NULL, 0),
+                     200);
     assert_int_equal(th_score(s.base, "m", local, 2, 1, 0), 2 * BS);
     assert_int_equal(post(&s, "/unregister", "{\"instance_id\":1,\"model_name\":\"m\"}", NULL, 0),
                      200);

@@ -1,0 +1,172 @@
+/* `kvrouter serve` started the way a manifest written for Dynamo's
+ * standalone indexer starts it (SPEC §7.1): --port (every interface, with a
+ * warning), --threads, --block-size/--workers without --model-name (model
+ * "default", as Dynamo), --routing-group, --access-log, and
+ * DYN_ROUTER_MIN_INITIAL_WORKERS from the environment. */
+#include "test_support.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "../server/net_helpers.h"
+
+#define WAIT 10000
+
+typedef struct {
+    pid_t pid;
+    FILE *out, *err; /* child's stdout, stderr */
+} child_t;
+
+static void spawn(child_t *c, char *const argv[])
+{
+    int o[2], e[2];
+    assert_int_equal(pipe(o), 0);
+    assert_int_equal(pipe(e), 0);
+    c->pid = fork();
+    assert_true(c->pid >= 0);
+    if (c->pid == 0) {
+        dup2(o[1], 1);
+        dup2(e[1], 2);
+        close(o[0]);
+        close(o[1]);
+        close(e[0]);
+        close(e[1]);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(o[1]);
+    close(e[1]);
+    c->out = fdopen(o[0], "r");
+    c->err = fdopen(e[0], "r");
+}
+
+/* Stops the child; returns its exit status and everything it wrote on
+ * stderr (malloc'd). */
+static int stop(child_t *c, char **err_text)
+{
+    kill(c->pid, SIGTERM);
+    int status = 0;
+    waitpid(c->pid, &status, 0);
+    size_t cap = 1 << 16, n = 0;
+    char *buf = calloc(1, cap);
+    while (n + 1 < cap && fgets(buf + n, (int)(cap - n), c->err))
+        n += strlen(buf + n);
+    fclose(c->out);
+    fclose(c->err);
+    if (err_text)
+        *err_text = buf;
+    else
+        free(buf);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* "listening on http://ADDR:PORT": the address into addr, the port. */
+static int read_listen(child_t *c, char *addr, size_t cap)
+{
+    char line[512];
+    if (!fgets(line, sizeof line, c->out))
+        return -1;
+    const char *p = strstr(line, "http://");
+    const char *colon = p ? strchr(p + 7, ':') : NULL;
+    if (!colon || (size_t)(colon - p - 7) >= cap)
+        return -1;
+    memcpy(addr, p + 7, (size_t)(colon - p - 7));
+    addr[colon - p - 7] = 0;
+    return atoi(colon + 1);
+}
+
+static void test_dynamo_flags_and_the_port_warning(void **state)
+{
+    (void)state;
+    th_engine e;
+    th_engine_start(&e);
+    char workers[256], log_path[] = "/tmp/kvr_cli_access_XXXXXX";
+    int fd = mkstemp(log_path);
+    assert_true(fd >= 0);
+    close(fd);
+    snprintf(workers, sizeof workers, "42:0=%s", e.endpoint);
+    char *argv[] = {(char *)kvr_test_binary(), "serve", "--port", "0", "--threads", "3",
+                    "--block-size", "4", "--workers", workers, "--routing-group", "pool-a",
+                    "--access-log", log_path, NULL};
+    child_t c;
+    spawn(&c, argv);
+    char addr[64];
+    int port = read_listen(&c, addr, sizeof addr);
+    assert_true(port > 0);
+    assert_string_equal(addr, "0.0.0.0");
+    char base[64];
+    snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
+    long st;
+    json_t *w = th_json("GET", base, "/workers", NULL, &st);
+    assert_int_equal(st, 200);
+    json_t *w0 = json_array_get(w, 0);
+    assert_string_equal(json_string_value(json_object_get(w0, "model_name")), "default");
+    assert_string_equal(json_string_value(json_object_get(w0, "routing_group")), "pool-a");
+    assert_int_equal(json_integer_value(json_object_get(w0, "block_size")), 4);
+    json_decref(w);
+    char *err_text;
+    assert_int_equal(stop(&c, &err_text), 0);
+    assert_non_null(strstr(err_text, "beyond loopback"));
+    free(err_text);
+    /* The access log has the /workers request. */
+    size_t len;
+    char *log = kvr_test_read_file(log_path, &len);
+    assert_non_null(log);
+    json_t *line = json_loads(log, JSON_DISABLE_EOF_CHECK, NULL);
+    assert_non_null(line);
+    assert_string_equal(json_string_value(json_object_get(line, "path")), "/workers");
+    json_decref(line);
+    free(log);
+    unlink(log_path);
+    th_engine_stop(&e);
+}
+
+static void test_min_initial_workers_from_the_environment(void **state)
+{
+    (void)state;
+    setenv("DYN_ROUTER_MIN_INITIAL_WORKERS", "1", 1);
+    char *argv[] = {(char *)kvr_test_binary(), "serve", "--listen", "127.0.0.1:0", NULL};
+    child_t c;
+    spawn(&c, argv);
+    unsetenv("DYN_ROUTER_MIN_INITIAL_WORKERS");
+    char addr[64];
+    int port = read_listen(&c, addr, sizeof addr);
+    assert_true(port > 0);
+    char base[64];
+    snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
+    const char *q = "{\"model_name\": \"m\", \"token_ids\": [1, 2]}";
+    long st;
+    json_decref(th_json("POST", base, "/query", q, &st));
+    assert_int_equal(st, 503);
+    assert_int_equal(th_register(base,
+                                 "{\"instance_id\": 1, \"endpoint\": \"tcp://127.0.0.1:6998\", "
+                                 "\"model_name\": \"m\", \"block_size\": 4}",
+                                 NULL),
+                     201);
+    json_decref(th_json("POST", base, "/query", q, &st));
+    assert_int_equal(st, 200);
+    assert_int_equal(stop(&c, NULL), 0);
+
+    /* A bad value in the environment is a usage error naming it. */
+    setenv("DYN_ROUTER_MIN_INITIAL_WORKERS", "two", 1);
+    char line[512];
+    snprintf(line, sizeof line, "'%s' serve 2>&1 >/dev/null", kvr_test_binary());
+    int status;
+    char *out = kvr_test_run(line, &status);
+    unsetenv("DYN_ROUTER_MIN_INITIAL_WORKERS");
+    assert_int_equal(status, 2);
+    assert_non_null(strstr(out, "DYN_ROUTER_MIN_INITIAL_WORKERS"));
+    free(out);
+}
+
+int main(void)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dynamo_flags_and_the_port_warning),
+        cmocka_unit_test(test_min_initial_workers_from_the_environment),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_cleanup();
+    return rc;
+}
