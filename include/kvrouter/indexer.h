@@ -90,8 +90,10 @@ bool kvr_indexer_unregister_rank(kvr_indexer *ix, kvr_worker *w, uint32_t rank);
  * duplicate_ids (nothing applied, never a clear), parent_not_found (store
  * skipped), block_not_found (once per unknown handle of a removal). Batches of
  * different ranks of one worker may be applied concurrently; batches of one
- * rank must come from one thread at a time to keep their order. */
-void kvr_indexer_apply(kvr_indexer *ix, kvr_worker *w, uint32_t rank, const kvr_batch *b);
+ * rank must come from one thread at a time to keep their order. The batch
+ * is read with kvr_batch_next from where it stands (normally its first
+ * event) to its end. */
+void kvr_indexer_apply(kvr_indexer *ix, kvr_worker *w, uint32_t rank, kvr_batch *b);
 /* Clears (worker, rank): index ownerships, exclusion sets, converter state. */
 void kvr_indexer_clear_rank(kvr_indexer *ix, kvr_worker *w, uint32_t rank);
 

@@ -104,6 +104,11 @@ bool kvr_normalizer_wide_seen(const kvr_normalizer *n);
 uint64_t kvr_normalizer_warnings(const kvr_normalizer *n);
 /* Heap bytes held (exclusion sets, learned groups, scratch buffers). */
 size_t kvr_normalizer_bytes(const kvr_normalizer *n);
+/* Gives back the scratch a huge store made grow (each buffer above
+ * KVR_NORM_SCRATCH_KEEP_BYTES is freed; steady-state stores keep theirs).
+ * Call between batches: the last normalized event's arrays go with it. */
+#define KVR_NORM_SCRATCH_KEEP_BYTES (256u << 10)
+void kvr_normalizer_trim(kvr_normalizer *n);
 /* Forget exclusion sets and learned group kinds (used on clear/restart). */
 void kvr_normalizer_reset(kvr_normalizer *n);
 

@@ -20,7 +20,13 @@ typedef struct kvr_source kvr_source;
 typedef struct {
     uint32_t replay_timeout_ms; /* 0 -> 2000 */
     int rcv_hwm;                /* 0 -> 100000 */
-    int64_t max_msg_size;       /* 0 -> 64 MiB; larger messages disconnect the peer */
+    /* Payloads above max_message_bytes are refused before decoding and
+     * counted (messages_over_limit); 0 -> 32 MiB. ZeroMQ itself disconnects
+     * a peer whose message part exceeds max_msg_size (the memory bound of
+     * a receive); 0 -> twice max_message_bytes, so an oversized batch
+     * reaches the counter instead of only dropping the connection. */
+    uint64_t max_message_bytes;
+    int64_t max_msg_size;
     uint32_t poll_ms;           /* 0 -> 20 */
     uint32_t max_buffered;      /* live messages held during a replay; 0 -> 65536 */
     uint64_t max_buffered_bytes; /* and their bytes; 0 -> 256 MiB */
@@ -61,7 +67,8 @@ const char *kvr_listener_state_name(kvr_listener_state s);
     X(restarts, COUNTER, "engine restarts detected (a new sequence stream)")               \
     X(rank_clears, COUNTER, "rank clears forced by a restart or by history gone")          \
     X(bad_frames, COUNTER, "messages of the wrong shape")                                  \
-    X(malformed_batches, COUNTER, "batches that did not decode")
+    X(malformed_batches, COUNTER, "batches that did not decode")                           \
+    X(messages_over_limit, COUNTER, "payloads refused: longer than max_message_bytes")
 
 typedef struct {
 #define KVR_SOURCE_COUNTER_FIELD_(name, kind, help) uint64_t name;

@@ -83,34 +83,77 @@ typedef enum {
     KVR_BATCH_BAD_SHAPE,       /* not [ts, events(, rank)] nor a map with events */
     KVR_BATCH_TOO_LARGE,       /* more events than KVR_WIRE_MAX_EVENTS or too deep */
     KVR_BATCH_NO_MEMORY,
+    KVR_BATCH_OVER_LIMIT,      /* the payload is longer than the batch's max_bytes */
     KVR_BATCH_ERROR_COUNT
 } kvr_batch_error;
 
 const char *kvr_batch_error_name(kvr_batch_error err);
 
-/* A decoded batch. Reusable: decode into the same struct again without
- * freeing; its buffers grow to the largest batch seen (no allocation per
- * event in steady state). String fields of the events borrow from the
- * payload bytes, which must outlive the batch's use; hashes and tokens live
- * in u64_buf until the next decode. On any error n_events is 0: a batch
- * applies whole or not at all. */
+/* Default per-message byte limit (kvr_batch_set_max_bytes): SGLang and vLLM
+ * batches are kilobytes; a store of 2^20 tokens is a few MiB. */
+#define KVR_WIRE_DEFAULT_MAX_BYTES (64u << 20)
+/* Decoding scratch kept between batches; a batch that needed more gives it
+ * back when its last event has been handed out. */
+#define KVR_WIRE_SCRATCH_KEEP_BYTES (512u << 10)
+
+/* What kvr_batch_next has handed out of the current batch. */
+typedef struct {
+    uint32_t stored, removed, cleared, dropped; /* events, by type */
+    uint64_t blocks_stored, blocks_removed;     /* hashes named by those stores / removals */
+} kvr_batch_tally;
+
+/* A batch, decoded one event at a time. kvr_batch_decode checks the whole
+ * payload and the batch's shape (ts, rank, the events array) and decodes
+ * no event; kvr_batch_next decodes the next one. So the decoder holds one
+ * event at a time: its memory is 8 bytes per hash and token of the largest
+ * event of the batch (each takes at least one payload byte: at most 8x the
+ * payload, and at most 8.5 MiB by the SPEC §3 bounds), not per event of the
+ * batch, and it gives back what passed KVR_WIRE_SCRATCH_KEEP_BYTES once the
+ * last event was handed out (kvr_batch_bytes says what it holds).
+ *
+ * Reusable: decode into the same struct again without freeing. String fields
+ * of events borrow from the payload, which must outlive the batch's use;
+ * hashes and tokens live in the batch's scratch until the next
+ * kvr_batch_next. On any kvr_batch_decode error n_events is 0 and next
+ * hands out nothing: a batch whose shape is wrong applies not at all, and
+ * a bad event inside a good batch comes back KVR_EV_DROPPED, alone. */
 typedef struct {
     double ts;
     bool has_dp_rank;
     uint32_t dp_rank;
-    kvr_raw_event *events; /* every event of the batch in order, dropped ones included */
-    uint32_t n_events;
-    uint32_t n_dropped;
+    uint32_t n_events;    /* events in the batch, dropped ones included */
+    kvr_batch_tally tally;
 
-    /* private storage */
-    uint64_t *u64_buf;
+    /* private */
+    const char *first;           /* the first event's msgpack */
+    const char *next;            /* the next event's */
+    const kvr_raw_event *given;  /* kvr_batch_of_events */
+    uint32_t n_read;
+    kvr_raw_event ev;            /* the event handed out last */
+    uint64_t *u64_buf;           /* its hashes and tokens */
     size_t u64_cap;
-    size_t events_cap;
+    size_t max_bytes;
 } kvr_batch;
 
 void kvr_batch_init(kvr_batch *b);
 void kvr_batch_free(kvr_batch *b);
+/* Payloads longer than max_bytes are KVR_BATCH_OVER_LIMIT, before any look
+ * at them (0 -> KVR_WIRE_DEFAULT_MAX_BYTES). */
+void kvr_batch_set_max_bytes(kvr_batch *b, size_t max_bytes);
 kvr_batch_error kvr_batch_decode(kvr_batch *b, const void *payload, size_t len);
+/* The next event of the batch, in order, dropped ones included, or NULL
+ * after the last. The event and its arrays stay valid until the next call
+ * (or decode, or free). */
+const kvr_raw_event *kvr_batch_next(kvr_batch *b);
+/* Hands out the batch's events again from the first (tally from zero):
+ * for callers that read a batch twice, or apply one again. */
+void kvr_batch_rewind(kvr_batch *b);
+/* A batch over events the caller decoded itself (another transport, tests):
+ * next hands out evs[0..n) as they are; evs must outlive the batch's use.
+ * No ts, no dp_rank. */
+void kvr_batch_of_events(kvr_batch *b, const kvr_raw_event *evs, uint32_t n);
+/* Heap bytes the batch holds now (its decoding scratch). */
+size_t kvr_batch_bytes(const kvr_batch *b);
 
 /* Frame layer: a ZeroMQ message is exactly [topic, seq (8 bytes BE), payload]. */
 typedef enum {

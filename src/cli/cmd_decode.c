@@ -99,8 +99,8 @@ static int decode_and_print(const unsigned char *data, size_t len)
         kvr_batch_free(&b);
         return decode_fail(2, "malformed batch", kvr_batch_error_name(err));
     }
-    for (uint32_t i = 0; i < b.n_events; i++)
-        kvr_decode_json_event(stdout, &b, &b.events[i]);
+    for (const kvr_raw_event *ev; (ev = kvr_batch_next(&b));)
+        kvr_decode_json_event(stdout, &b, ev);
     kvr_batch_free(&b);
     return fflush(stdout) == 0 ? 0 : 1;
 }

@@ -115,8 +115,8 @@ int kvr_cmd_tap(int argc, char **argv)
                 printf("{\"seq\":%llu,\"error\":\"%s\"}\n", (unsigned long long)seq,
                        kvr_batch_error_name(be));
             else
-                for (uint32_t i = 0; i < b.n_events; i++)
-                    print_event(&b, &b.events[i], seq);
+                for (const kvr_raw_event *ev; (ev = kvr_batch_next(&b));)
+                    print_event(&b, ev, seq);
         }
         fflush(stdout);
         kvr_zmq_close_frames(f, 3, n);

@@ -210,6 +210,10 @@ static const kvr_option serve_rows[] = {
         "request body limit; larger bodies get 413"),
     NUM("replay_timeout_ms", KVR_OPT_U32, server.source.replay_timeout_ms, 1, 3600000, "MS",
         "replay inactivity timeout"),
+    NUM("max_message_bytes", KVR_OPT_U64, server.source.max_message_bytes, 1, U64_MAX_D / 2,
+        "BYTES",
+        "ZeroMQ payloads above this are dropped before decoding and counted "
+        "(messages_over_limit); a connection sending more than twice this is dropped by ZeroMQ"),
     NUM("max_workers", KVR_OPT_SIZE, server.registry.max_workers, 0, U64_MAX_D, "N",
         "registered workers at most (0 = unlimited); more get 503 naming max_workers"),
     CUSTOM("workers", "SPEC",

@@ -324,7 +324,7 @@ static void apply_event(kvr_worker *w, kvr_rank_state *r, store_run *run,
 #define RANK_SLICE_NS 1000000u
 #define RANK_CHECK 64u /* power of two */
 
-void kvr_indexer_apply(kvr_indexer *ix, kvr_worker *w, uint32_t rank, const kvr_batch *b)
+void kvr_indexer_apply(kvr_indexer *ix, kvr_worker *w, uint32_t rank, kvr_batch *b)
 {
     if (!ix || !w || !b)
         return;
@@ -352,8 +352,9 @@ void kvr_indexer_apply(kvr_indexer *ix, kvr_worker *w, uint32_t rank, const kvr_
     store_run run;
     run.n = 0;
     bool wide = atomic_load(&w->wide_seen);
-    for (uint32_t i = 0; i < b->n_events; i++) {
-        apply_event(w, r, &run, &b->events[i]);
+    const kvr_raw_event *ev;
+    for (uint32_t i = 0; (ev = kvr_batch_next(b)); i++) {
+        apply_event(w, r, &run, ev);
         if (kvr_normalizer_wide_seen(r->norm) && !wide) {
             /* callers stop sending image hashes from the next request on */
             atomic_store(&w->wide_seen, true);
@@ -374,6 +375,7 @@ void kvr_indexer_apply(kvr_indexer *ix, kvr_worker *w, uint32_t rank, const kvr_
     }
     run_flush(w, r, &run);
     kvr_index_write_end(idx);
+    kvr_normalizer_trim(r->norm); /* a huge store's scratch goes back (SPEC §12) */
     pthread_mutex_unlock(&r->mu);
     pthread_rwlock_unlock(&ix->lock);
 }

@@ -147,6 +147,22 @@ size_t kvr_normalizer_bytes(const kvr_normalizer *n)
     return bytes;
 }
 
+void kvr_normalizer_trim(kvr_normalizer *n)
+{
+    if (n->tokens_cap * sizeof *n->tokens > KVR_NORM_SCRATCH_KEEP_BYTES) {
+        free(n->tokens);
+        n->tokens = NULL;
+        n->tokens_cap = 0;
+    }
+    if (n->hashes_cap * sizeof *n->hashes > KVR_NORM_SCRATCH_KEEP_BYTES) {
+        free(n->hashes);
+        n->hashes = NULL;
+        n->hashes_cap = 0;
+    }
+    if (n->dup.cap * sizeof *n->dup.slots > KVR_NORM_SCRATCH_KEEP_BYTES)
+        kvr_dupcheck_free(&n->dup);
+}
+
 static void drop(kvr_normalizer *n, kvr_norm_event *out, kvr_drop_reason reason)
 {
     if (reason == KVR_DROP_NONE || (unsigned)reason >= KVR_DROP_COUNT)

@@ -36,37 +36,31 @@ static void apply(kvr_source *src, kvr_listener *l, uint64_t seq, const void *pa
     l->next = seq + 1;
     l->has_seq = true;
     l->last_seq = seq;
-    kvr_batch_error err = kvr_batch_decode(&src->batch, payload, len);
+    kvr_batch *b = &src->batch;
+    kvr_batch_error err = kvr_batch_decode(b, payload, len);
     if (err != KVR_BATCH_OK) {
-        l->c.malformed_batches++;
+        if (err == KVR_BATCH_OVER_LIMIT)
+            l->c.messages_over_limit++;
+        else
+            l->c.malformed_batches++;
         KVR_LOG_LIMITED(KVR_LOG_WARN, KVR_LOG_WORKER_RANK(l->worker_id, l->rank),
-                        "malformed batch seq %llu (%s)", (unsigned long long)seq,
-                        kvr_batch_error_name(err));
+                        "malformed batch seq %llu (%s, %zu bytes)", (unsigned long long)seq,
+                        kvr_batch_error_name(err), len);
         return;
-    }
-    const kvr_batch *b = &src->batch;
-    for (uint32_t i = 0; i < b->n_events; i++) {
-        const kvr_raw_event *ev = &b->events[i];
-        switch (ev->type) {
-        case KVR_EV_STORED:
-            l->c.events_stored++;
-            l->c.blocks_stored += ev->n_block_hashes;
-            break;
-        case KVR_EV_REMOVED:
-            l->c.events_removed++;
-            l->c.blocks_removed += ev->n_block_hashes;
-            break;
-        case KVR_EV_CLEARED:
-            l->c.events_cleared++;
-            break;
-        default:
-            l->c.events_dropped++;
-            break;
-        }
     }
     if (b->has_dp_rank)
         note_rank(l, b->dp_rank);
     kvr_indexer_apply(src->ix, l->w, l->rank, b);
+    /* Events the indexer did not take (a rank it rejected) were received
+     * all the same. */
+    while (kvr_batch_next(b))
+        ;
+    l->c.events_stored += b->tally.stored;
+    l->c.events_removed += b->tally.removed;
+    l->c.events_cleared += b->tally.cleared;
+    l->c.events_dropped += b->tally.dropped;
+    l->c.blocks_stored += b->tally.blocks_stored;
+    l->c.blocks_removed += b->tally.blocks_removed;
     l->c.batches++;
 }
 

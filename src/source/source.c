@@ -56,7 +56,8 @@ void kvr_source_config_default(kvr_source_config *cfg)
     memset(cfg, 0, sizeof *cfg);
     cfg->replay_timeout_ms = 2000;
     cfg->rcv_hwm = 100000;
-    cfg->max_msg_size = 64ll << 20;
+    cfg->max_message_bytes = 32ull << 20;
+    cfg->max_msg_size = 0; /* 2 x max_message_bytes */
     cfg->poll_ms = 20;
     cfg->max_buffered = 65536;
     cfg->max_buffered_bytes = 256ull << 20;
@@ -242,6 +243,8 @@ kvr_source *kvr_source_create(kvr_indexer *ix, const kvr_source_config *cfg)
             src->cfg.rcv_hwm = cfg->rcv_hwm;
         if (cfg->max_msg_size)
             src->cfg.max_msg_size = cfg->max_msg_size;
+        if (cfg->max_message_bytes)
+            src->cfg.max_message_bytes = cfg->max_message_bytes;
         if (cfg->poll_ms)
             src->cfg.poll_ms = cfg->poll_ms;
         if (cfg->max_buffered)
@@ -251,12 +254,17 @@ kvr_source *kvr_source_create(kvr_indexer *ix, const kvr_source_config *cfg)
         if (cfg->reconnect_max_ms > 0)
             src->cfg.reconnect_max_ms = cfg->reconnect_max_ms;
     }
+    if (src->cfg.max_msg_size <= 0)
+        src->cfg.max_msg_size = src->cfg.max_message_bytes > (uint64_t)INT64_MAX / 2
+                                    ? INT64_MAX
+                                    : (int64_t)(2 * src->cfg.max_message_bytes);
     src->ix = ix;
     src->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     src->zctx = zmq_ctx_new();
     pthread_mutex_init(&src->mu, NULL);
     pthread_cond_init(&src->cond, NULL);
     kvr_batch_init(&src->batch);
+    kvr_batch_set_max_bytes(&src->batch, (size_t)src->cfg.max_message_bytes);
     if (src->wake_fd < 0 || !src->zctx ||
         pthread_create(&src->thread, NULL, ingest_main, src) != 0) {
         kvr_source_destroy(src);

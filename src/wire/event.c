@@ -215,13 +215,14 @@ static drop map_event(kvr_wire_event_ctx *c, const char **cur, kvr_event_type *t
     return KVR_DROP_NONE;
 }
 
-bool kvr_wire_decode_event(kvr_batch *b, const char **cur, uint32_t index, size_t *used)
+void kvr_wire_decode_event(kvr_batch *b, const char **cur)
 {
-    kvr_raw_event *ev = &b->events[index];
+    kvr_raw_event *ev = &b->ev;
     memset(ev, 0, sizeof *ev);
     ev->tier = KVR_TIER_GPU;
-    kvr_wire_event_ctx c = {.b = b, .index = index, .used = used, .ev = ev};
-    size_t mark = *used;
+    size_t used = 0;
+    kvr_wire_event_ctx c = {.b = b, .used = &used, .ev = ev};
+    const char *start = *cur;
     kvr_event_type type = KVR_EV_DROPPED;
     uint32_t seen = 0;
     drop d;
@@ -236,8 +237,12 @@ bool kvr_wire_decode_event(kvr_batch *b, const char **cur, uint32_t index, size_
         mp_next(cur);
         d = KVR_DROP_MALFORMED_EVENT;
     }
-    if (c.oom)
-        return false;
+    if (c.oom) {
+        /* the field readers stopped midway: find the event's end again */
+        *cur = start;
+        mp_next(cur);
+        d = KVR_DROP_OVERSIZED_EVENT;
+    }
     if (!d && type != KVR_EV_CLEARED && !(seen & BIT(KVR_F_HASHES)))
         d = KVR_DROP_MALFORMED_EVENT;
     if (!d && type == KVR_EV_STORED && !(seen & BIT(KVR_F_TOKENS)))
@@ -246,8 +251,7 @@ bool kvr_wire_decode_event(kvr_batch *b, const char **cur, uint32_t index, size_
         memset(ev, 0, sizeof *ev);
         ev->type = KVR_EV_DROPPED;
         ev->drop_reason = d;
-        *used = mark; /* the dropped event's u64s are reused */
-        return true;
+        return;
     }
     /* top-level map keys win over the metadata map */
     if (c.top_salt.ptr)
@@ -255,5 +259,4 @@ bool kvr_wire_decode_event(kvr_batch *b, const char **cur, uint32_t index, size_
     if (c.top_session.ptr)
         ev->session_id = c.top_session;
     ev->type = type;
-    return true;
 }

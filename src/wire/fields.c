@@ -96,10 +96,10 @@ static drop read_str(const char **p, kvr_str *out)
     return KVR_DROP_NONE;
 }
 
-/* Room for n more u64s; rebases the events decoded so far if it moves. */
+/* Room for n more u64s; rebases the event's arrays if it moves. */
 static uint64_t *reserve(kvr_wire_event_ctx *c, size_t n)
 {
-    if (!kvr_wire_u64_reserve(c->b, *c->used, n, c->index + 1)) {
+    if (!kvr_wire_u64_reserve(c->b, c->ev, *c->used, n)) {
         c->oom = true;
         return NULL;
     }

@@ -38,7 +38,7 @@ static bool scalar_fits(const char **cur, const char *end, enum mp_type t)
     return true;
 }
 
-kvr_batch_error kvr_wire_validate(const char *p, size_t len)
+kvr_batch_error kvr_wire_validate(const char *p, size_t len, kvr_wire_top *top)
 {
     /* msgpuck counts pending elements in an int; keep every count it can
      * see far below INT_MAX so its skip/check loops cannot wrap. */
@@ -55,6 +55,7 @@ kvr_batch_error kvr_wire_validate(const char *p, size_t len)
      * container open at depth d (depth 0 is the single top-level value). */
     uint64_t left[KVR_WIRE_MAX_DEPTH + 1];
     unsigned depth = 0;
+    top->n = 0;
     left[0] = 1;
     cur = p;
     for (;;) {
@@ -66,6 +67,8 @@ kvr_batch_error kvr_wire_validate(const char *p, size_t len)
         left[depth]--;
         if (cur >= end)
             return KVR_BATCH_INVALID_MSGPACK;
+        if (depth == 1 && top->n < KVR_WIRE_TOP_MAX)
+            top->at[top->n++] = cur;
         enum mp_type t = mp_typeof(*cur);
         if (t == MP_ARRAY || t == MP_MAP) {
             uint64_t n;

@@ -15,11 +15,22 @@
  * int, so a forged 32-bit array/map count wraps it and mp_check can accept a
  * payload whose declared counts run past its end. After this returns OK,
  * mp_decode_* and mp_next stay inside [p, p + len). */
-kvr_batch_error kvr_wire_validate(const char *p, size_t len);
+/* Where the top-level container's elements start, noted by the validating
+ * walk so the batch level finds its fields without walking again. */
+#define KVR_WIRE_TOP_MAX 16u
+typedef struct {
+    const char *at[KVR_WIRE_TOP_MAX]; /* element i of the top array, or map key/value i */
+    uint32_t n;                       /* elements noted (at most KVR_WIRE_TOP_MAX) */
+} kvr_wire_top;
 
-/* Makes room for `extra` more u64s after b->u64_buf[used]. The buffer may
- * move: pointers already handed to b->events[0..n_live) are rebased. */
-bool kvr_wire_u64_reserve(kvr_batch *b, size_t used, size_t extra, uint32_t n_live);
+kvr_batch_error kvr_wire_validate(const char *p, size_t len, kvr_wire_top *top);
+
+/* Makes room for `extra` more u64s after b->u64_buf[used], for the event
+ * being decoded (ev, which lives in b). The scratch grows to exactly what
+ * the event needs (rounded up a little): it holds one event at a time, so
+ * doubling would buy nothing and cost the bound. The buffer may move: ev's
+ * pointers into it are rebased. */
+bool kvr_wire_u64_reserve(kvr_batch *b, kvr_raw_event *ev, size_t used, size_t extra);
 
 /* Reads a non-negative int of either msgpack family (engines may send a
  * positive value in a signed format) that is at most max. On false nothing
@@ -45,10 +56,9 @@ enum kvr_wire_field {
     KVR_F_COUNT
 };
 
-/* State of the event being decoded into b->events[index]. */
+/* State of the event being decoded into b->ev. */
 typedef struct {
     kvr_batch *b;
-    uint32_t index;
     size_t *used;       /* u64s of b->u64_buf in use */
     kvr_raw_event *ev;
     kvr_str top_salt;   /* top-level map keys, applied last: they win */
@@ -61,10 +71,11 @@ typedef struct {
 kvr_drop_reason kvr_wire_read_field(kvr_wire_event_ctx *c, enum kvr_wire_field f,
                                     const char **p);
 
-/* Decodes one event (a tagged array or a map) at *cur into b->events[index],
- * appending its hashes and tokens to b->u64_buf at *u64_used, and advances
- * *cur past the event (the payload must have passed kvr_wire_validate).
- * Returns false only on out-of-memory; a bad event becomes KVR_EV_DROPPED. */
-bool kvr_wire_decode_event(kvr_batch *b, const char **cur, uint32_t index, size_t *u64_used);
+/* Decodes one event (a tagged array or a map) at *cur into b->ev, its
+ * hashes and tokens into b->u64_buf from 0, and advances *cur past the event
+ * (the payload must have passed kvr_wire_validate). A bad event becomes
+ * KVR_EV_DROPPED; so does one whose scratch cannot be allocated
+ * (oversized_event: the event is lost, counted, and the batch goes on). */
+void kvr_wire_decode_event(kvr_batch *b, const char **cur);
 
 #endif

@@ -47,9 +47,8 @@ static inline void text32(uint32_t *tok, size_t n, uint32_t base)
 static inline kvr_batch batch_of(kvr_raw_event *evs, uint32_t n)
 {
     kvr_batch b;
-    memset(&b, 0, sizeof b);
-    b.events = evs;
-    b.n_events = n;
+    kvr_batch_init(&b);
+    kvr_batch_of_events(&b, evs, n);
     return b;
 }
 

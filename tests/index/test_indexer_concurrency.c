@@ -44,7 +44,9 @@ static void *writer(void *p)
         b.has_dp_rank = true;
         b.dp_rank = rank;
         kvr_indexer_apply(ix, w1, 0, &b);
-        b.events = &rm;
+        kvr_batch_of_events(&b, &rm, 1);
+        b.has_dp_rank = true;
+        b.dp_rank = rank;
         kvr_indexer_apply(ix, w1, 0, &b);
     }
     return NULL;
@@ -177,6 +179,7 @@ static void test_long_batch_reader_sees_whole_events_with_bounded_waits(void **s
     int batches = 0;
     while (during == 0 && batches < 20) {
         long before = atomic_load(&matches);
+        kvr_batch_rewind(&b);
         kvr_indexer_apply(ix, w, 0, &b);
         during = atomic_load(&matches) - before;
         batches++;

@@ -82,8 +82,7 @@ static void build_runs(fixture *f)
 {
     size_t nh = 0, nt = 0;
     f->n_runs = 0;
-    for (uint32_t i = 0; i < f->batch.n_events; i++) {
-        const kvr_raw_event *ev = &f->batch.events[i];
+    for (const kvr_raw_event *ev; (ev = kvr_batch_next(&f->batch));) {
         if (f->per_block && ev->type != KVR_EV_CLEARED) {
             /* SGLang: one page per event, its own token window */
             assert_int_equal(ev->n_block_hashes, 1);
@@ -138,8 +137,8 @@ static void recv_batch(fixture *f)
     f->payload_len = (size_t)n;
     assert_int_equal(kvr_frame_parse(3, seqb, 8, &f->seq), KVR_FRAME_OK);
     assert_int_equal(kvr_batch_decode(&f->batch, f->payload, f->payload_len), KVR_BATCH_OK);
-    assert_int_equal(f->batch.n_dropped, 0);
     build_runs(f);
+    assert_int_equal(f->batch.tally.dropped, 0);
 }
 
 static void assert_hashes(const kvr_raw_event *ev, const uint64_t *want, size_t n)

@@ -3,6 +3,7 @@
 #include "norm_fixture.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 
 static const uint64_t H[] = {11, 12, 13, 14};
 
@@ -433,6 +434,35 @@ static void test_counter_list_covers_struct_and_sums(void **state)
         assert_true(strlen(kvr_drop_reason_help((kvr_drop_reason)r)) > 0);
 }
 
+/* A huge store grows the token scratch to its size; trim (the indexer calls
+ * it after every batch) gives it back, steady-state sizes stay. */
+static void test_trim_gives_back_huge_scratch(void **state)
+{
+    (void)state;
+    kvr_normalizer *n = mk_norm(KVR_MM_LEGACY, 4, false, 0);
+    size_t base = kvr_normalizer_bytes(n);
+    uint32_t nt = 1u << 20;
+    uint64_t *tok = malloc(nt * sizeof *tok);
+    text(tok, nt, 0);
+    for (uint32_t i = 0; i < nt; i++)
+        tok[i] %= 1000;
+    kvr_norm_event out;
+    kvr_raw_event ev = store_ev(H, 4, false, 0, tok, nt);
+    kvr_normalize(n, &ev, &out);
+    assert_int_equal(out.kind, KVR_NORM_STORE);
+    assert_true(kvr_normalizer_bytes(n) >= base + nt * sizeof(uint32_t));
+    kvr_normalizer_trim(n);
+    assert_true(kvr_normalizer_bytes(n) <= base + KVR_NORM_SCRATCH_KEEP_BYTES);
+    /* a small store's scratch survives a trim */
+    ev = store_ev(H, 1, false, 0, tok, 4);
+    kvr_normalize(n, &ev, &out);
+    size_t small = kvr_normalizer_bytes(n);
+    kvr_normalizer_trim(n);
+    assert_int_equal(kvr_normalizer_bytes(n), small);
+    free(tok);
+    kvr_normalizer_destroy(n);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -451,6 +481,7 @@ int main(void)
         cmocka_unit_test(test_legacy_wide_tokens_counted_one_warning),
         cmocka_unit_test(test_auto_switches_on_first_wide_event),
         cmocka_unit_test(test_counter_list_covers_struct_and_sums),
+        cmocka_unit_test(test_trim_gives_back_huge_scratch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,9 +53,8 @@ static inline void rt_store_tier(kvr_indexer *ix, kvr_worker *w, uint32_t rank, 
     ev.eagle = eagle;
     ev.block_size = bs;
     kvr_batch b;
-    memset(&b, 0, sizeof b);
-    b.events = &ev;
-    b.n_events = 1;
+    kvr_batch_init(&b);
+    kvr_batch_of_events(&b, &ev, 1);
     kvr_indexer_apply(ix, w, rank, &b);
     free(hashes);
 }

@@ -97,9 +97,9 @@ static void test_map_batch_rank_keys(void **state)
         assert_true(g_b.has_dp_rank);
         assert_int_equal(g_b.dp_rank, i + 1);
         assert_int_equal(g_b.n_events, 1);
-        assert_int_equal(g_b.events[0].type, KVR_EV_REMOVED);
-        assert_int_equal(g_b.events[0].tier, KVR_TIER_DISK);
-        assert_int_equal(g_b.events[0].block_hashes[0], 9);
+        assert_int_equal(g_ev.ev[0].type, KVR_EV_REMOVED);
+        assert_int_equal(g_ev.ev[0].tier, KVR_TIER_DISK);
+        assert_int_equal(g_ev.ev[0].block_hashes[0], 9);
     }
     /* nil rank and no rank */
     assert_int_equal(kvr_decode_fmt(&g_b, "{%s [] %s %d %s NIL}", "events", "ts", 1, "dp_rank"),
@@ -113,17 +113,12 @@ static void test_map_batch_rank_keys(void **state)
 static void test_too_many_events(void **state)
 {
     (void)state;
-    size_t n = KVR_WIRE_MAX_EVENTS + 1;
-    char *buf = malloc(n + 16), *p = buf;
-    p = mp_encode_array(p, 2);
-    p = mp_encode_uint(p, 0);
-    p = mp_encode_array(p, (uint32_t)n);
-    memset(p, 0xc0, n);
-    p += n;
-    assert_int_equal(kvr_batch_decode(&g_b, buf, (size_t)(p - buf)), KVR_BATCH_TOO_LARGE);
+    size_t len;
+    char *buf = kvr_nil_batch(KVR_WIRE_MAX_EVENTS + 1, &len);
+    assert_int_equal(kvr_batch_decode(&g_b, buf, len), KVR_BATCH_TOO_LARGE);
     assert_int_equal(g_b.n_events, 0);
-    /* the events array was not sized from the count */
-    assert_true(g_b.events_cap < n);
+    /* nothing was sized from the count */
+    assert_true(kvr_batch_bytes(&g_b) <= KVR_WIRE_SCRATCH_KEEP_BYTES);
     free(buf);
 }
 
@@ -225,7 +220,7 @@ static void test_byte_flips_never_crash(void **state)
                 assert_true(err < KVR_BATCH_ERROR_COUNT);
                 if (err == KVR_BATCH_OK) {
                     ok++;
-                    assert_true(g_b.n_dropped <= g_b.n_events);
+                    assert_true(g_b.tally.dropped <= g_b.n_events);
                 }
                 total++;
             }
@@ -310,10 +305,10 @@ static void test_reuse_and_reset(void **state)
                      KVR_BATCH_OK);
     assert_int_equal(g_b.n_events, 1);
     assert_false(g_b.has_dp_rank);
-    assert_int_equal(g_b.events[0].block_hashes[0], 9);
+    assert_int_equal(g_ev.ev[0].block_hashes[0], 9);
     assert_int_equal(kvr_decode_fmt(&g_b, "[%d]", 1), KVR_BATCH_BAD_SHAPE);
     assert_int_equal(g_b.n_events, 0);
-    assert_int_equal(g_b.n_dropped, 0);
+    assert_int_equal(g_b.tally.dropped, 0);
 }
 
 int main(void)

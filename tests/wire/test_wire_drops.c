@@ -29,16 +29,16 @@ static void expect_middle_dropped(kvr_drop_reason why, const char *bad, ...)
 
     assert_int_equal(kvr_decode_copy(&g_b, buf, (size_t)(p - buf)), KVR_BATCH_OK);
     assert_int_equal(g_b.n_events, 3);
-    assert_int_equal(g_b.n_dropped, 1);
-    assert_int_equal(g_b.events[0].type, KVR_EV_STORED);
-    assert_int_equal(g_b.events[0].n_token_ids, 2);
-    assert_int_equal(g_b.events[0].token_ids[1], 2);
-    assert_int_equal(g_b.events[1].type, KVR_EV_DROPPED);
-    assert_int_equal(g_b.events[1].drop_reason, why);
-    assert_int_equal(g_b.events[1].n_block_hashes, 0);
-    assert_int_equal(g_b.events[2].type, KVR_EV_REMOVED);
-    assert_int_equal(g_b.events[2].tier, KVR_TIER_CPU);
-    assert_int_equal(g_b.events[2].block_hashes[0], 7);
+    assert_int_equal(g_b.tally.dropped, 1);
+    assert_int_equal(g_ev.ev[0].type, KVR_EV_STORED);
+    assert_int_equal(g_ev.ev[0].n_token_ids, 2);
+    assert_int_equal(g_ev.ev[0].token_ids[1], 2);
+    assert_int_equal(g_ev.ev[1].type, KVR_EV_DROPPED);
+    assert_int_equal(g_ev.ev[1].drop_reason, why);
+    assert_int_equal(g_ev.ev[1].n_block_hashes, 0);
+    assert_int_equal(g_ev.ev[2].type, KVR_EV_REMOVED);
+    assert_int_equal(g_ev.ev[2].tier, KVR_TIER_CPU);
+    assert_int_equal(g_ev.ev[2].block_hashes[0], 7);
 }
 
 static void test_unknown_event(void **state)
@@ -172,11 +172,14 @@ static void check_oversized(uint32_t n_hashes, uint32_t n_tokens, bool bigrams)
     kvr_batch_init(&b);
     assert_int_equal(kvr_batch_decode(&b, buf, len), KVR_BATCH_OK);
     assert_int_equal(b.n_events, 1);
-    assert_int_equal(b.events[0].type, KVR_EV_DROPPED);
-    assert_int_equal(b.events[0].drop_reason, KVR_DROP_OVERSIZED_EVENT);
-    assert_int_equal(b.n_dropped, 1);
+    const kvr_raw_event *e = kvr_batch_next(&b);
+    assert_int_equal(e->type, KVR_EV_DROPPED);
+    assert_int_equal(e->drop_reason, KVR_DROP_OVERSIZED_EVENT);
     /* hashes are read before tokens, so at most the hashes were stored */
-    assert_true(b.u64_cap <= (size_t)2 * (n_hashes > KVR_WIRE_MAX_HASHES ? 1 : n_hashes) + 256);
+    assert_true(kvr_batch_bytes(&b) <=
+                8 * ((size_t)(n_hashes > KVR_WIRE_MAX_HASHES ? 0 : n_hashes) + 1024));
+    assert_null(kvr_batch_next(&b));
+    assert_int_equal(b.tally.dropped, 1);
     kvr_batch_free(&b);
     free(buf);
 }
@@ -208,7 +211,7 @@ static void test_bounds_inclusive(void **state)
         size_t len;
         char *buf = big_store(nh, nt, bigrams, &len);
         assert_int_equal(kvr_batch_decode(&g_b, buf, len), KVR_BATCH_OK);
-        const kvr_raw_event *e = &g_b.events[0];
+        const kvr_raw_event *e = kvr_batch_next(&g_b);
         assert_int_equal(e->type, KVR_EV_STORED);
         assert_int_equal(e->eagle, bigrams);
         assert_int_equal(e->n_block_hashes, nh);
@@ -245,7 +248,7 @@ static void test_bin_hash_forms(void **state)
     p = mp_encode_array(p, 0);
     p = mp_encode_uint(p, 4);
     assert_int_equal(kvr_decode_copy(&g_b, buf, (size_t)(p - buf)), KVR_BATCH_OK);
-    const kvr_raw_event *e = &g_b.events[0];
+    const kvr_raw_event *e = &g_ev.ev[0];
     assert_int_equal(e->type, KVR_EV_STORED);
     assert_int_equal(e->block_hashes[0], 0x05060708090a0b0cull);
     assert_int_equal(e->block_hashes[1], 0x0102030405060708ull);
@@ -277,7 +280,7 @@ static void test_signed_hashes_and_positive_int_formats(void **state)
     *p++ = (char)0xd0; /* dp_rank 3 as int8 */
     *p++ = 3;
     assert_int_equal(kvr_decode_copy(&g_b, buf, (size_t)(p - buf)), KVR_BATCH_OK);
-    const kvr_raw_event *e = &g_b.events[0];
+    const kvr_raw_event *e = &g_ev.ev[0];
     assert_int_equal(e->type, KVR_EV_STORED);
     assert_int_equal(e->block_hashes[0], UINT64_MAX);
     assert_int_equal(e->block_hashes[1], UINT64_MAX);
@@ -293,10 +296,10 @@ static void test_empty_token_list(void **state)
     (void)state;
     assert_int_equal(kvr_decode_fmt(&g_b, "[%lf [[%s [] NIL [] %d]]]", 1.0, "BlockStored", 4),
                      KVR_BATCH_OK);
-    assert_int_equal(g_b.events[0].type, KVR_EV_STORED);
-    assert_int_equal(g_b.events[0].n_token_ids, 0);
-    assert_int_equal(g_b.events[0].n_block_hashes, 0);
-    assert_false(g_b.events[0].eagle);
+    assert_int_equal(g_ev.ev[0].type, KVR_EV_STORED);
+    assert_int_equal(g_ev.ev[0].n_token_ids, 0);
+    assert_int_equal(g_ev.ev[0].n_block_hashes, 0);
+    assert_false(g_ev.ev[0].eagle);
 }
 
 /* A dropped event's u64s are rolled back: the next event's data is intact,
@@ -311,17 +314,17 @@ static void test_many_drops_counted(void **state)
                                     "FLOPPY", "BlockStored", 8, 9, 10, 11, 2, "Nope"),
                      KVR_BATCH_OK);
     assert_int_equal(g_b.n_events, 5);
-    assert_int_equal(g_b.n_dropped, 4);
-    assert_int_equal(g_b.events[0].drop_reason, KVR_DROP_MALFORMED_EVENT);
-    assert_int_equal(g_b.events[1].drop_reason, KVR_DROP_MALFORMED_EVENT);
-    assert_int_equal(g_b.events[2].drop_reason, KVR_DROP_UNKNOWN_TIER);
-    const kvr_raw_event *e = &g_b.events[3];
+    assert_int_equal(g_b.tally.dropped, 4);
+    assert_int_equal(g_ev.ev[0].drop_reason, KVR_DROP_MALFORMED_EVENT);
+    assert_int_equal(g_ev.ev[1].drop_reason, KVR_DROP_MALFORMED_EVENT);
+    assert_int_equal(g_ev.ev[2].drop_reason, KVR_DROP_UNKNOWN_TIER);
+    const kvr_raw_event *e = &g_ev.ev[3];
     assert_int_equal(e->type, KVR_EV_STORED);
     assert_int_equal(e->block_hashes[0], 8);
     assert_int_equal(e->block_hashes[1], 9);
     assert_int_equal(e->token_ids[0], 10);
     assert_int_equal(e->token_ids[1], 11);
-    assert_int_equal(g_b.events[4].drop_reason, KVR_DROP_UNKNOWN_EVENT);
+    assert_int_equal(g_ev.ev[4].drop_reason, KVR_DROP_UNKNOWN_EVENT);
 }
 
 int main(void)

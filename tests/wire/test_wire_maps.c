@@ -14,7 +14,7 @@ static void test_type_key_last(void **state)
                                     "block_size", 2, "medium", "CPU_TIER2", "type", "BlockStored",
                                     1),
                      KVR_BATCH_OK);
-    const kvr_raw_event *e = &g_b.events[0];
+    const kvr_raw_event *e = &g_ev.ev[0];
     assert_int_equal(e->type, KVR_EV_STORED);
     assert_int_equal(e->tier, KVR_TIER_DISK);
     assert_int_equal(e->n_block_hashes, 2);
@@ -42,7 +42,7 @@ static void test_key_order_does_not_matter(void **state)
                                     "kv_cache_spec_sliding_window", 128, "locality", "LOCAL",
                                     "session_id", "sess"),
                      KVR_BATCH_OK);
-    a = g_b.events[0];
+    a = g_ev.ev[0];
     /* copy out: the next decode reuses the buffers (strings borrow from the
      * static mp_format buffer, which the next call overwrites too) */
     memcpy(hashes, a.block_hashes, sizeof hashes);
@@ -73,7 +73,7 @@ static void test_key_order_does_not_matter(void **state)
                                     "locality", "LOCAL", "session_id", "sess", "type",
                                     "BlockStored"),
                      KVR_BATCH_OK);
-    kvr_assert_event_equal(&g_b.events[0], &a);
+    kvr_assert_event_equal(&g_ev.ev[0], &a);
 }
 
 /* top-level cache_salt wins over the metadata map; "metadata" names the
@@ -88,7 +88,7 @@ static void test_metadata_and_top_level_salt(void **state)
                                     "session_id", "s9", 77, "ignored", "block_hashes", 1,
                                     "token_ids", 2, "cache_salt", "outer", "future_key", "x"),
                      KVR_BATCH_OK);
-    const kvr_raw_event *e = &g_b.events[0];
+    const kvr_raw_event *e = &g_ev.ev[0];
     assert_int_equal(e->type, KVR_EV_STORED);
     assert_true(kvr_str_eq(e->cache_salt, "outer"));
     assert_true(kvr_str_eq(e->session_id, "s9"));
@@ -98,7 +98,7 @@ static void test_metadata_and_top_level_salt(void **state)
                                     1.0, "type", "BlockStored", "cache_salt", "block_hashes", 1,
                                     "token_ids", 2, "lora_name", "cache_salt", "inner"),
                      KVR_BATCH_OK);
-    assert_true(kvr_str_eq(g_b.events[0].cache_salt, "inner"));
+    assert_true(kvr_str_eq(g_ev.ev[0].cache_salt, "inner"));
 }
 
 /* a removal map ignores store-only keys, even malformed ones */
@@ -110,12 +110,12 @@ static void test_removal_map_ignores_store_keys(void **state)
                                     "junk", "group_idx", 2, "block_hashes", 5, "type",
                                     "BlockRemoved"),
                      KVR_BATCH_OK);
-    assert_int_equal(g_b.n_dropped, 0);
-    assert_int_equal(g_b.events[0].type, KVR_EV_REMOVED);
-    assert_int_equal(g_b.events[0].block_hashes[0], 4);
-    assert_int_equal(g_b.events[0].group_idx, 2);
-    assert_int_equal(g_b.events[1].type, KVR_EV_REMOVED);
-    assert_int_equal(g_b.events[1].block_hashes[0], 5);
+    assert_int_equal(g_b.tally.dropped, 0);
+    assert_int_equal(g_ev.ev[0].type, KVR_EV_REMOVED);
+    assert_int_equal(g_ev.ev[0].block_hashes[0], 4);
+    assert_int_equal(g_ev.ev[0].group_idx, 2);
+    assert_int_equal(g_ev.ev[1].type, KVR_EV_REMOVED);
+    assert_int_equal(g_ev.ev[1].block_hashes[0], 5);
 }
 
 /* type first but unknown, or cleared with extra keys */
@@ -127,10 +127,10 @@ static void test_map_type_variants(void **state)
                                     "AllBlocksCleared", "extra", 1, 1, 2),
                      KVR_BATCH_OK);
     assert_int_equal(g_b.n_events, 3);
-    assert_int_equal(g_b.events[0].drop_reason, KVR_DROP_UNKNOWN_EVENT);
-    assert_int_equal(g_b.events[1].type, KVR_EV_CLEARED);
-    assert_int_equal(g_b.events[2].drop_reason, KVR_DROP_MALFORMED_EVENT);
-    assert_int_equal(g_b.n_dropped, 2);
+    assert_int_equal(g_ev.ev[0].drop_reason, KVR_DROP_UNKNOWN_EVENT);
+    assert_int_equal(g_ev.ev[1].type, KVR_EV_CLEARED);
+    assert_int_equal(g_ev.ev[2].drop_reason, KVR_DROP_MALFORMED_EVENT);
+    assert_int_equal(g_b.tally.dropped, 2);
 }
 
 /* tagged BlockRemoved: [tag, hashes, medium, group_idx, kind, window, locality, ...] */
@@ -141,7 +141,7 @@ static void test_tagged_removal_tail(void **state)
                                     "BlockRemoved", 3, "shared", 4, "sliding_window", 1024,
                                     "REMOTE", "future"),
                      KVR_BATCH_OK);
-    const kvr_raw_event *e = &g_b.events[0];
+    const kvr_raw_event *e = &g_ev.ev[0];
     assert_int_equal(e->type, KVR_EV_REMOVED);
     assert_int_equal(e->tier, KVR_TIER_EXTERNAL);
     assert_int_equal(e->group_idx, 4);
@@ -151,8 +151,8 @@ static void test_tagged_removal_tail(void **state)
     /* a removal without a medium is on the gpu */
     assert_int_equal(kvr_decode_fmt(&g_b, "[%lf [[%s [%d]]]]", 1.0, "BlockRemoved", 3),
                      KVR_BATCH_OK);
-    assert_int_equal(g_b.events[0].tier, KVR_TIER_GPU);
-    assert_false(g_b.events[0].has_group_idx);
+    assert_int_equal(g_ev.ev[0].tier, KVR_TIER_GPU);
+    assert_false(g_ev.ev[0].has_group_idx);
 }
 
 /* a tagged store carries every field through position 12 */
@@ -164,7 +164,7 @@ static void test_tagged_store_all_fields(void **state)
                                     1.0, "BlockStored", 1, 2, 3, 1, -1, "NVME", "lora-x", 0,
                                     "sink_full_attention", "LOCAL", 99),
                      KVR_BATCH_OK);
-    const kvr_raw_event *e = &g_b.events[0];
+    const kvr_raw_event *e = &g_ev.ev[0];
     assert_int_equal(e->type, KVR_EV_STORED);
     assert_int_equal(e->tier, KVR_TIER_DISK);
     assert_int_equal(e->lora_id, -1);

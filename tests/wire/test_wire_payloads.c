@@ -4,6 +4,7 @@
  * decoder and asserts every field of every event against it. Each test also
  * asserts the fact its fixture note is about, by hand. */
 #include "wire_assert.h"
+#include "batch_collect.h"
 
 #include <stdlib.h>
 
@@ -172,7 +173,8 @@ static void expect_event(expected *x, json_t *e)
 }
 
 /* Decodes the payload's hex and compares everything with its "decoded". */
-static void check_payload(const char *name, kvr_batch *b, unsigned char **bytes)
+static void check_payload(const char *name, kvr_batch *b, kvr_test_events *evs,
+                          unsigned char **bytes)
 {
     json_t *p = find_payload(name);
     size_t len;
@@ -188,14 +190,16 @@ static void check_payload(const char *name, kvr_batch *b, unsigned char **bytes)
         assert_int_equal(b->dp_rank, json_integer_value(rank));
     json_t *events = json_array_get(d, 1);
     assert_int_equal(b->n_events, json_array_size(events));
+    kvr_test_collect(b, evs);
+    assert_int_equal(evs->n, json_array_size(events));
     uint32_t dropped = 0;
     for (size_t i = 0; i < json_array_size(events); i++) {
         expected x;
         expect_event(&x, json_array_get(events, i));
-        kvr_assert_event_equal(&b->events[i], &x.ev);
+        kvr_assert_event_equal(&evs->ev[i], &x.ev);
         dropped += x.ev.type == KVR_EV_DROPPED;
     }
-    assert_int_equal(b->n_dropped, dropped);
+    assert_int_equal(b->tally.dropped, dropped);
 }
 
 /* One named test per payload; `extra` holds the hand-written assertion. */
@@ -204,12 +208,14 @@ static void check_payload(const char *name, kvr_batch *b, unsigned char **bytes)
     {                                                                                             \
         (void)state;                                                                              \
         kvr_batch b;                                                                              \
+        kvr_test_events evs = {0};                                                                \
         unsigned char *bytes;                                                                     \
         kvr_batch_init(&b);                                                                       \
-        check_payload(#name, &b, &bytes);                                                         \
-        const kvr_raw_event *e = b.events;                                                        \
+        check_payload(#name, &b, &evs, &bytes);                                                   \
+        const kvr_raw_event *e = evs.ev;                                                          \
         (void)e;                                                                                  \
         extra;                                                                                    \
+        kvr_test_events_free(&evs);                                                               \
         kvr_batch_free(&b);                                                                       \
         free(bytes);                                                                              \
     }
@@ -272,7 +278,7 @@ PAYLOAD_TEST(batch_one_bad_event, {
     assert_int_equal(e[1].type, KVR_EV_DROPPED);
     assert_int_equal(e[1].drop_reason, KVR_DROP_UNKNOWN_EVENT);
     assert_int_equal(e[2].type, KVR_EV_REMOVED);
-    assert_int_equal(b.n_dropped, 1);
+    assert_int_equal(b.tally.dropped, 1);
 })
 PAYLOAD_TEST(empty_cache_salt, {
     /* the wire keeps what was sent: "" is present and empty */
@@ -282,7 +288,7 @@ PAYLOAD_TEST(empty_cache_salt, {
     assert_int_equal(e[2].parent, 202);
 })
 PAYLOAD_TEST(group_idx_slot_string, {
-    assert_int_equal(b.n_dropped, 0); /* before: all three malformed_event */
+    assert_int_equal(b.tally.dropped, 0); /* before: all three malformed_event */
     assert_true(e[0].has_group_idx);
     assert_int_equal(e[0].group_idx, 0);
     assert_true(kvr_str_eq(e[0].kv_cache_spec_kind, "full_attention"));
@@ -297,7 +303,7 @@ PAYLOAD_TEST(group_idx_slot_string, {
 PAYLOAD_TEST(unknown_medium, {
     assert_int_equal(e[0].type, KVR_EV_DROPPED);
     assert_int_equal(e[0].drop_reason, KVR_DROP_UNKNOWN_TIER);
-    assert_int_equal(b.n_dropped, 1);
+    assert_int_equal(b.tally.dropped, 1);
 })
 
 static const struct CMUnitTest payload_tests[] = {

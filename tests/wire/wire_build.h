@@ -11,17 +11,24 @@
 #include <string.h>
 
 #include "kvrouter/wire.h"
+#include "batch_collect.h"
 
 /* The copy lives until the next call (or kvr_wire_teardown), so the
  * decoded events' borrowed strings stay readable meanwhile. */
 static void *g_payload_copy;
+
+/* Every event of the last kvr_decode_copy, read to the batch's end (so
+ * b->tally is complete too). */
+static kvr_test_events g_ev;
 
 static inline kvr_batch_error kvr_decode_copy(kvr_batch *b, const void *data, size_t len)
 {
     free(g_payload_copy);
     g_payload_copy = calloc(1, len ? len : 1);
     memcpy(g_payload_copy, data, len);
-    return kvr_batch_decode(b, g_payload_copy, len);
+    kvr_batch_error err = kvr_batch_decode(b, g_payload_copy, len);
+    kvr_test_collect(b, &g_ev);
+    return err;
 }
 
 /* mp_format then decode; fails the test if the format does not fit. */
@@ -34,6 +41,18 @@ static inline kvr_batch_error kvr_decode_fmt(kvr_batch *b, const char *fmt, ...)
     va_end(ap);
     assert_true(n <= sizeof buf);
     return kvr_decode_copy(b, buf, n);
+}
+
+/* [0, [nil x n]] (heap; *len its size): the cheapest events there are. */
+static inline char *kvr_nil_batch(size_t n, size_t *len)
+{
+    char *buf = malloc(n + 16), *p = buf;
+    p = mp_encode_array(p, 2);
+    p = mp_encode_uint(p, 0);
+    p = mp_encode_array(p, (uint32_t)n);
+    memset(p, 0xc0, n);
+    *len = (size_t)(p + n - buf);
+    return buf;
 }
 
 /* One reusable batch per test program, as the listener would hold it. */
@@ -50,6 +69,7 @@ static inline int kvr_wire_teardown(void **state)
 {
     (void)state;
     kvr_batch_free(&g_b);
+    kvr_test_events_free(&g_ev);
     free(g_payload_copy);
     g_payload_copy = NULL;
     return 0;
