@@ -1,11 +1,18 @@
 # Thin wrapper over CMake. `make test` is what CI runs; `make demo` shows kvrouter working.
 DEPS := cmake pkg-config gcc make libzmq3-dev libmsgpuck-dev libxxhash-dev \
-        libmicrohttpd-dev libjansson-dev libcmocka-dev libcurl4-openssl-dev curl
+        libmicrohttpd-dev libjansson-dev libcmocka-dev libcurl4-openssl-dev curl \
+        groff-base debhelper dpkg-dev
 BUILD ?= build
 JOBS ?= $(shell nproc)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# `make install`: cmake --install of $(BUILD) under $(DESTDIR)$(PREFIX)
+PREFIX ?= /usr/local
+DESTDIR ?=
+VERSION := $(shell sed -n 's/^project.kvrouter VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
+DEB_OUT ?= $(BUILD)-deb
+DEB_BUILD_OPTIONS ?=
 
-.PHONY: all deps build test asan-test demo bench clean
+.PHONY: all deps build test asan-test demo bench install deb clean
 
 all: build
 
@@ -38,5 +45,19 @@ demo: deps build
 bench: deps build
 	./$(BUILD)/kvrouter bench --trace data/conversation_trace.jsonl --workers 1000
 
+install: build
+	DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix "$(PREFIX)"
+
+# Debian packages (kvrouter, libkvrouter0.9, libkvrouter-dev) into $(DEB_OUT)/,
+# built from a copy of the tree, since dpkg-buildpackage writes next to the
+# source. DEB_BUILD_OPTIONS=nocheck skips the tests (CI has run them).
+deb: deps
+	rm -rf $(DEB_OUT) && mkdir -p $(DEB_OUT)/kvrouter-$(VERSION)
+	tar --exclude-vcs --exclude='./build*' --exclude='./obj-*' --exclude=./tmp -cf - . | \
+	  tar -xf - -C $(DEB_OUT)/kvrouter-$(VERSION)
+	cd $(DEB_OUT)/kvrouter-$(VERSION) && \
+	  DEB_BUILD_OPTIONS="$(DEB_BUILD_OPTIONS) parallel=$(JOBS)" dpkg-buildpackage -us -uc -b
+	@ls $(DEB_OUT)/*.deb
+
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan $(DEB_OUT)

@@ -1,6 +1,7 @@
 /* msgpack encoder for KV event batches (the engine side of SPEC §3), built on
  * msgpuck. Used by the simulator's mock engines and by tests that publish
- * real bytes; encode(decode(x)) round-trips. */
+ * real bytes, and installed with the library for the same uses in a
+ * gateway's or an engine's own code; encode(decode(x)) round-trips. */
 #ifndef KVROUTER_WIRE_ENCODE_H
 #define KVROUTER_WIRE_ENCODE_H
 
@@ -19,6 +20,7 @@ typedef struct {
     char *data;
     size_t len;
     size_t cap;
+    bool failed; /* private: out of memory inside the current batch */
 } kvr_wbuf;
 
 void kvr_wbuf_init(kvr_wbuf *w);
@@ -33,8 +35,10 @@ void kvr_wbuf_reset(kvr_wbuf *w);
  * SGLang style: a store is 8 elements (13 when group fields are set), a
  * removal 3 (7); with a salt or session the position-7 map also carries
  * lora_name. Eagle events need >= 2 tokens to have a bigram form. Dropped
- * events have no wire form and are left out. Aborts when out of memory. */
-void kvr_wire_encode_batch(kvr_wbuf *w, kvr_wire_style style, double ts,
+ * events have no wire form and are left out. Appends to w; returns false
+ * when out of memory, with w as it was before the call (nothing of the batch
+ * appended; w stays usable). */
+bool kvr_wire_encode_batch(kvr_wbuf *w, kvr_wire_style style, double ts,
                            const kvr_raw_event *events, size_t n, bool has_rank, uint32_t rank);
 
 /* 8-byte big-endian sequence frame. */

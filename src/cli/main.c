@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "kvrouter/version.h"
 
 /* Weak so that a command still being written never breaks the others' build. */
 #pragma weak kvr_cmd_hash
@@ -20,7 +21,8 @@ typedef struct {
 
 static void usage(FILE *out, const command *cmds, size_t n)
 {
-    fprintf(out, "usage: kvrouter <command> [options]   (kvrouter <command> --help)\n\n"
+    fprintf(out, "usage: kvrouter <command> [options]   (kvrouter <command> --help)\n"
+                 "       kvrouter --version\n\n"
                  "KV-cache-aware router for LLM serving fleets.\n\ncommands:\n");
     for (size_t i = 0; i < n; i++)
         fprintf(out, "  %-8s %s%s\n", cmds[i].name, cmds[i].summary,
@@ -42,6 +44,10 @@ int main(int argc, char **argv)
         strcmp(argv[1], "help") == 0) {
         usage(stdout, cmds, n);
         return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
+        printf("kvrouter %s\n", kvr_version());
+        return 0;
     }
     for (size_t i = 0; i < n; i++) {
         if (strcmp(argv[1], cmds[i].name) == 0) {

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kvrouter/version.h"
 #include "server/json_util.h"
 #include "server/metrics.h"
 #include "server/scores_json.h"
@@ -155,7 +156,7 @@ void kvr_api_health(kvr_server *srv, json_t *body, kvr_api_reply *reply)
 {
     (void)body;
     reply->status = 200;
-    reply->body = json_pack("{s:s,s:s,s:f,s:I}", "status", "ok", "version", kvr_server_version(),
+    reply->body = json_pack("{s:s,s:s,s:f,s:I}", "status", "ok", "version", kvr_version(),
                             "uptime_seconds", kvr_source_now() - srv->started_at, "workers",
                             (json_int_t)kvr_indexer_list(srv->ix, NULL, NULL, NULL, 0));
 }

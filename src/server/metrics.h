@@ -51,8 +51,6 @@ void kvr_metrics_histogram(kvr_sbuf *b, const char *name, const char *labels,
  * process_max_fds, from /proc/self (the names and meanings of the Prometheus
  * client libraries), and kvr_build_info{version}. */
 void kvr_metrics_process(kvr_sbuf *b);
-/* The version /health and kvr_build_info report. */
-const char *kvr_server_version(void);
 
 /* The cached-share histogram (kvr_route_cache_stats, server_internal.h):
  * /route observes the share of the prompt's tokens cached (gpu overlap) on

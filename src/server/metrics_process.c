@@ -3,6 +3,7 @@
  * /proc/self/fd, RLIMIT_NOFILE), so standard dashboards and alerts work on
  * kvrouter unchanged; and kvr_build_info. Linux only, like the service. */
 #include "server/metrics.h"
+#include "kvrouter/version.h"
 
 #include <dirent.h>
 #include <inttypes.h>
@@ -11,13 +12,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
-
-#ifndef KVR_SERVER_VERSION
-#define KVR_SERVER_VERSION "unknown"
-#endif
-
-/* Until kvrouter/version.h exists: CMake's project(VERSION), or "unknown". */
-const char *kvr_server_version(void) { return KVR_SERVER_VERSION[0] ? KVR_SERVER_VERSION : "unknown"; }
 
 typedef struct {
     double utime, stime;   /* clock ticks */
@@ -91,7 +85,7 @@ static void gauge(kvr_sbuf *b, const char *name, const char *type, const char *h
 void kvr_metrics_process(kvr_sbuf *b)
 {
     char version[128];
-    kvr_metrics_label_value(version, sizeof version, kvr_server_version());
+    kvr_metrics_label_value(version, sizeof version, kvr_version());
     kvr_metrics_family(b, "kvr_build_info", "gauge", "kvrouter build; the value is always 1");
     kvr_sbuf_printf(b, "kvr_build_info{version=\"%s\"} 1\n", version);
 

@@ -1,10 +1,10 @@
 /* Engine-side msgpack encoder (SPEC §3) on msgpuck's mp_encode_*: the
  * simulator's mock engines and the tests publish real bytes with it. */
 #include "kvrouter/wire_encode.h"
-#include "kvrouter/log.h"
+#include "util/grow.h"
+#include "wire/wire_internal.h"
 
-#include <msgpuck.h>
-#include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,21 +24,19 @@ void kvr_wbuf_reset(kvr_wbuf *w)
     w->len = 0;
 }
 
-/* Returns room for n more bytes. The encoder has no error path to report
- * through, and a test or simulator without memory cannot go on: abort. */
+/* Room for n more bytes at the end of w, or NULL when the buffer cannot
+ * grow: the batch being encoded is then abandoned (every later put_*
+ * that needs more room writes nothing), and kvr_wire_encode_batch resets
+ * the buffer to where the batch started and reports it. Writes that still
+ * fit land in that discarded tail; the fast path stays one comparison. */
 static char *room(kvr_wbuf *w, size_t n)
 {
-    if (w->cap - w->len < n) {
-        size_t cap = w->cap ? w->cap : 256;
-        while (cap - w->len < n)
-            cap *= 2;
-        char *d = realloc(w->data, cap);
-        if (!d) {
-            kvr_log(KVR_LOG_ERROR, "kvr_wbuf: out of memory");
-            abort();
-        }
-        w->data = d;
-        w->cap = cap;
+    if (w->cap - w->len >= n)
+        return w->data + w->len;
+    if (w->failed || n > SIZE_MAX - w->len ||
+        kvr_grow((void **)&w->data, &w->cap, w->len + n, 1, 256) != 0) {
+        w->failed = true;
+        return NULL;
     }
     return w->data + w->len;
 }
@@ -48,24 +46,64 @@ static void done(kvr_wbuf *w, char *end)
     w->len = (size_t)(end - w->data);
 }
 
-static void put_array(kvr_wbuf *w, uint32_t n) { done(w, mp_encode_array(room(w, 5), n)); }
-static void put_map(kvr_wbuf *w, uint32_t n) { done(w, mp_encode_map(room(w, 5), n)); }
-static void put_nil(kvr_wbuf *w) { done(w, mp_encode_nil(room(w, 1))); }
-static void put_u64(kvr_wbuf *w, uint64_t v) { done(w, mp_encode_uint(room(w, 9), v)); }
+/* Each put_* writes one msgpack value, or nothing once room() has failed. */
+static void put_array(kvr_wbuf *w, uint32_t n)
+{
+    char *p = room(w, 5);
+    if (p)
+        done(w, mp_encode_array(p, n));
+}
+
+static void put_map(kvr_wbuf *w, uint32_t n)
+{
+    char *p = room(w, 5);
+    if (p)
+        done(w, mp_encode_map(p, n));
+}
+
+static void put_nil(kvr_wbuf *w)
+{
+    char *p = room(w, 1);
+    if (p)
+        done(w, mp_encode_nil(p));
+}
+
+static void put_u64(kvr_wbuf *w, uint64_t v)
+{
+    char *p = room(w, 9);
+    if (p)
+        done(w, mp_encode_uint(p, v));
+}
+
+static void put_double(kvr_wbuf *w, double v)
+{
+    char *p = room(w, 9);
+    if (p)
+        done(w, mp_encode_double(p, v));
+}
 
 static void put_i64(kvr_wbuf *w, int64_t v)
 {
     /* msgpuck's mp_encode_int takes negative values only */
-    if (v >= 0)
+    if (v >= 0) {
         put_u64(w, (uint64_t)v);
-    else
-        done(w, mp_encode_int(room(w, 9), v));
+        return;
+    }
+    char *p = room(w, 9);
+    if (p)
+        done(w, mp_encode_int(p, v));
+}
+
+static void put_bytes_str(kvr_wbuf *w, const char *s, uint32_t n)
+{
+    char *p = room(w, mp_sizeof_str(n));
+    if (p)
+        done(w, mp_encode_str(p, s, n));
 }
 
 static void put_cstr(kvr_wbuf *w, const char *s)
 {
-    uint32_t n = (uint32_t)strlen(s);
-    done(w, mp_encode_str(room(w, mp_sizeof_str(n)), s, n));
+    put_bytes_str(w, s, (uint32_t)strlen(s));
 }
 
 static void put_str(kvr_wbuf *w, kvr_str s)
@@ -74,7 +112,7 @@ static void put_str(kvr_wbuf *w, kvr_str s)
         put_nil(w);
         return;
     }
-    done(w, mp_encode_str(room(w, mp_sizeof_str(s.len)), s.ptr, s.len));
+    put_bytes_str(w, s.ptr, s.len);
 }
 
 /* key + string value, only when the string is present */
@@ -247,15 +285,16 @@ static void map_event(kvr_wbuf *w, const kvr_raw_event *ev)
     put_opt_kv(w, "locality", ev->locality);
 }
 
-void kvr_wire_encode_batch(kvr_wbuf *w, kvr_wire_style style, double ts,
+bool kvr_wire_encode_batch(kvr_wbuf *w, kvr_wire_style style, double ts,
                            const kvr_raw_event *events, size_t n, bool has_rank, uint32_t rank)
 {
+    size_t start = w->len;
     /* dropped events have no wire form: they are left out */
     uint32_t live = 0;
     for (size_t i = 0; i < n; i++)
         live += events[i].type != KVR_EV_DROPPED;
     put_array(w, 3);
-    done(w, mp_encode_double(room(w, 9), ts));
+    put_double(w, ts);
     put_array(w, live);
     for (size_t i = 0; i < n; i++) {
         if (events[i].type == KVR_EV_DROPPED)
@@ -269,6 +308,12 @@ void kvr_wire_encode_batch(kvr_wbuf *w, kvr_wire_style style, double ts,
         put_u64(w, rank);
     else
         put_nil(w);
+    if (w->failed) {
+        w->failed = false; /* the buffer is usable again for a later batch */
+        w->len = start;
+        return false;
+    }
+    return true;
 }
 
 void kvr_wire_encode_seq(uint64_t seq, unsigned char out[8])

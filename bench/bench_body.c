@@ -1,10 +1,8 @@
 /* CPU time to parse a 2,000-token /route body: jansson alone, the spliced
  * tree (kvr_json_load_body), and the /query-/route path (token_ids kept as
  * a u32 vector). CPU time, not wall time, since the machine is shared.
- * Built by hand:
- *   cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc tests/route/perf/bench_body.c \
- *      -o /tmp/bench_body BUILD/libkvr_server.a -ljansson
- *   /tmp/bench_body [iterations] */
+ * Built by CMake with everything else (bench/CMakeLists.txt):
+ *   BUILD/bench/bench_body [iterations] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +26,7 @@ int main(int argc, char **argv)
         n += sprintf(buf + n, "%s%d", i ? "," : "", (i * 31) % 150000 + 10);
     n += sprintf(buf + n, "]}");
     static const char *const keys[] = {"token_ids", NULL};
-    static const kvr_json_body_opts opts = {keys, "mm_hash"};
+    static const kvr_json_body_opts opts = {keys};
     for (int round = 0; round < 3; round++) {
         double t = cpu();
         for (int i = 0; i < it; i++)

@@ -9,12 +9,8 @@
  *       wrk with a Lua POST script against /query (token_ids) and
  *       /query_by_hash (block hashes as signed i64 JSON numbers).
  *
- * Build (after building the libraries in build-server):
- *   B=build-server; cc -O2 -D_GNU_SOURCE -Iinclude -Isrc -Itests/server \
- *     tests/server/bench_service.c $B/libkvr_server.a $B/libkvr_source.a \
- *     $B/libkvr_route.a $B/libkvr_index.a $B/libkvr_hash.a $B/libkvr_normalize.a \
- *     $B/libkvr_wire.a $B/libkvr_util.a -l:libmsgpuck.a -lmicrohttpd -ljansson \
- *     -lcurl -lzmq -lxxhash -lpthread -lm -o /tmp/bench_service
+ * Built by CMake with everything else (bench/CMakeLists.txt) as
+ * BUILD/bench/bench_service; the query mode needs wrk.
  */
 #include <inttypes.h>
 

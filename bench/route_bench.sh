@@ -3,7 +3,7 @@
 # come from a peer /dump, wrk on loopback with 2,000-token prompts.
 # Also prints the server's CPU time per request (utime + stime from /proc),
 # steadier than req/s when the machine is shared.
-# usage: tests/route/perf/route_bench.sh BUILD_DIR [seconds] [connections] [workers]
+# usage: bench/route_bench.sh BUILD_DIR [seconds] [connections] [workers]
 set -eu
 BUILD=${1:?build dir}; SECS=${2:-10}; CONN=${3:-16}; NWORKERS=${4:-64}
 HERE=$(cd "$(dirname "$0")" && pwd)

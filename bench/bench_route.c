@@ -2,11 +2,9 @@
  * (or [workers])
  * on one (model, group), 16 prompt families of 2,000 tokens, block size 16;
  * each worker caches its family whole and 40% of the next one. Bookings are
- * released right away so the load stays steady. Built by hand:
- *   cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc tests/route/perf/bench_route.c \
- *      -o /tmp/bench_route -LBUILD -lkvr_route -lkvr_index -lkvr_normalize -lkvr_hash \
- *      -lkvr_wire -lkvr_util -lxxhash -l:libmsgpuck.a -lpthread -lm
- *   /tmp/bench_route [seconds] [threads] [held] [workers]
+ * released right away so the load stays steady. Built by CMake with
+ * everything else (bench/CMakeLists.txt):
+ *   BUILD/bench/bench_route [seconds] [threads] [held] [workers]
  * held > 0 keeps that many bookings per thread outstanding (each released
  * `held` routes later), so candidates carry load and shared blocks. */
 #include <pthread.h>
@@ -148,9 +146,9 @@ int main(int argc, char **argv)
         free(args[i].lat);
     }
     qsort(all, total, sizeof *all, cmp_d);
-    printf("kvr_route: %d threads, %d workers, %d-token prompts, block %d, %d held/thread: "
+    printf("kvr_route: %d threads, %llu workers, %d-token prompts, block %d, %d held/thread: "
            "%.0f routes/s, p50 %.1f us, p99 %.1f us\n",
-           nt, n_workers, TOKENS, BS, held, (double)total / el, all[total / 2] * 1e6,
+           nt, (unsigned long long)n_workers, TOKENS, BS, held, (double)total / el, all[total / 2] * 1e6,
            all[total * 99 / 100] * 1e6);
     free(all);
     kvr_router_destroy(router);
