@@ -1,11 +1,33 @@
 /* ZeroMQ sources (SPEC §2): one SUB socket per registered (worker, dp_rank),
- * one ingest thread polling them all, per-rank sequence cursors with gap
- * replay through a DEALER, and every counter /workers and /metrics show.
+ * one ingest thread waking on their descriptors (epoll), per-rank sequence
+ * cursors with gap replay through a DEALER, and every counter /workers and
+ * /metrics show.
  *
  * Threading: every mutation of the indexer (apply, clear, register,
  * unregister, load) happens on the ingest thread, so the indexer never sees
  * two writers. Other threads get there through kvr_source_run(), which runs a
- * function on the ingest thread between messages and waits for it. */
+ * function on the ingest thread between messages and waits for it.
+ *
+ * The sequence rule, per (worker, socket rank):
+ * - The first message sets the cursor; above 0 with a usable replay endpoint,
+ *   0.. is replayed first. What nobody replays is counted in lost_batches.
+ * - seq == cursor + 1 applies. A higher number is a gap: replayed when the
+ *   replay endpoint is usable, else counted as lost and applied (no clear).
+ * - A lower number on the same connection is a restart: the rank is cleared
+ *   and the new stream is taken from 0 (replayed when it can be).
+ * - A reconnection (the SUB's monitor saw the connection drop and come back)
+ *   is never taken for continuity: the next message may be a new stream.
+ *   With a usable replay endpoint the router asks for its last applied
+ *   number again and compares the payload: the same bytes mean the same
+ *   stream (the gap, if any, is filled from that replay); other bytes or no
+ *   such message mean a restart (rank cleared, replayed from 0). Without
+ *   one, only the exact next number is taken as continuity; anything else
+ *   is a restart, with its earlier batches counted as lost.
+ * - A failed replay (timeout, unreachable, live buffer full) degrades to the
+ *   no-replay rule for that gap and backs the endpoint off (1 s doubling to
+ *   replay_backoff_max_ms) before it is tried again. A rank is cleared only
+ *   for a restart or for history provably gone: a replay that starts later
+ *   than asked or skips numbers. */
 #ifndef KVROUTER_SOURCE_H
 #define KVROUTER_SOURCE_H
 
@@ -18,31 +40,46 @@ extern "C" {
 typedef struct kvr_source kvr_source;
 
 typedef struct {
-    uint32_t replay_timeout_ms; /* 0 -> 2000 */
+    uint32_t replay_timeout_ms; /* replay inactivity timeout; 0 -> 2000 */
     int rcv_hwm;                /* 0 -> 100000 */
     /* Payloads above max_message_bytes are refused before decoding and
      * counted (messages_over_limit); 0 -> 32 MiB. ZeroMQ itself disconnects
-     * a peer whose message part exceeds max_msg_size (the memory bound of
-     * a receive); 0 -> twice max_message_bytes, so an oversized batch
-     * reaches the counter instead of only dropping the connection. */
+     * a peer whose message part exceeds max_msg_size (ZMQ_MAXMSGSIZE of every
+     * SUB and DEALER, the memory bound of a receive); 0 -> twice
+     * max_message_bytes, so an oversized batch reaches the counter instead of
+     * only dropping the connection. */
     uint64_t max_message_bytes;
     int64_t max_msg_size;
-    uint32_t poll_ms;           /* 0 -> 20 */
-    uint32_t max_buffered;      /* live messages held during a replay; 0 -> 65536 */
+    uint32_t max_buffered;      /* live messages held per listener during a replay or hold; 0 -> 65536 */
     uint64_t max_buffered_bytes; /* and their bytes; 0 -> 256 MiB */
+    uint64_t max_buffered_total_bytes; /* over every listener; 0 -> 1 GiB */
     /* ZeroMQ retries an unreachable engine every 100 ms, doubling up to
-     * this: 1000 dead endpoints would otherwise cost 10,000 connects a
-     * second. A returning engine waits at most this long. 0 -> 1000 */
+     * this. A connection that drops starts again at 100 ms, so this bounds
+     * only how late an engine unreachable for long is found. 0 -> 10000 */
     int reconnect_max_ms;
+    /* a failed replay endpoint is not tried again for 1 s, doubling up to
+     * this. 0 -> 60000 */
+    uint32_t replay_backoff_max_ms;
 } kvr_source_config;
 
 typedef enum {
     KVR_LISTENER_CONNECTING = 0, /* no message yet */
     KVR_LISTENER_LIVE = 1,
     KVR_LISTENER_REPLAYING = 2,
+    KVR_LISTENER_HELD = 3, /* peer recovery: buffering until the dump is loaded */
     KVR_LISTENER_STATE_COUNT
 } kvr_listener_state;
 
+/* The replay endpoint of a listener. */
+typedef enum {
+    KVR_REPLAY_NONE = 0, /* no replay endpoint registered */
+    KVR_REPLAY_OK,       /* never failed, or the last replay was answered */
+    KVR_REPLAY_BACKOFF,  /* the last attempt failed; not tried before backoff ends */
+    KVR_REPLAY_FAILING,  /* the last attempt failed; the next gap tries again */
+    KVR_REPLAY_STATE_COUNT
+} kvr_replay_state;
+
+const char *kvr_replay_state_name(kvr_replay_state s);
 const char *kvr_listener_state_name(kvr_listener_state s);
 
 /* Counters of one (worker, socket rank), as one list: X(name, COUNTER|GAUGE,
@@ -68,7 +105,10 @@ const char *kvr_listener_state_name(kvr_listener_state s);
     X(rank_clears, COUNTER, "rank clears forced by a restart or by history gone")          \
     X(bad_frames, COUNTER, "messages of the wrong shape")                                  \
     X(malformed_batches, COUNTER, "batches that did not decode")                           \
-    X(messages_over_limit, COUNTER, "payloads refused: longer than max_message_bytes")
+    X(messages_over_limit, COUNTER, "payloads refused: longer than max_message_bytes")     \
+    X(reconnects, COUNTER, "connections to the engine after one dropped")                  \
+    X(buffer_overflows, COUNTER, "live messages not held because a buffer bound was hit")  \
+    X(buffered, GAUGE, "live messages held now (replay or peer recovery)")
 
 typedef struct {
 #define KVR_SOURCE_COUNTER_FIELD_(name, kind, help) uint64_t name;
@@ -83,6 +123,7 @@ extern const size_t kvr_source_counter_count;
 void kvr_source_counters_add(kvr_source_counters *a, const kvr_source_counters *b);
 
 #define KVR_ENDPOINT_MAX 512
+#define KVR_REPLAY_ERROR_MAX 128
 typedef struct {
     uint64_t worker_id;
     uint32_t dp_rank;
@@ -90,9 +131,21 @@ typedef struct {
     char replay_endpoint[KVR_ENDPOINT_MAX]; /* "" when none */
     char topic[KVR_NAME_MAX];
     kvr_listener_state state;
-    bool has_seq;
+    bool connected; /* the SUB has a connection to the engine now */
+    bool has_seq;   /* last_seq: the last number received */
     uint64_t last_seq;
+    /* the index holds this listener's stream up to and including cursor
+     * (what a dump of it reflects); false while nothing of the current stream
+     * is applied */
+    bool has_cursor;
+    uint64_t cursor;
+    bool has_digest;         /* XXH3-64 of the cursor batch's payload, when known */
+    uint64_t cursor_digest;  /* (a peer compares it with the engine's copy) */
     double seconds_since_last_event; /* -1 when nothing arrived yet */
+    kvr_replay_state replay_state;
+    double replay_backoff_s;  /* seconds left in backoff, 0 when not in backoff */
+    uint32_t replay_failures; /* consecutive failed attempts */
+    char replay_error[KVR_REPLAY_ERROR_MAX]; /* the last failure, "" when none */
     kvr_source_counters c;
 } kvr_listener_info;
 
@@ -129,6 +182,29 @@ void kvr_source_reset_cursors(kvr_source *src, kvr_worker *w);
 size_t kvr_source_listeners(kvr_source *src, kvr_worker *w, kvr_listener_info *out, size_t cap);
 /* Inside kvr_source_run. Number of listeners of w (all when w == NULL). */
 size_t kvr_source_count(kvr_source *src, kvr_worker *w);
+
+/* Peer recovery (SPEC §10), one mechanism for --peers and the cluster layer:
+ * 1. kvr_source_hold: every listener, and every one created until the
+ *    release, buffers its live messages (bounded as replay buffers are)
+ *    and applies nothing.
+ * 2. The caller registers the peer's workers (their listeners subscribe and
+ *    buffer), waits for them to connect, then loads the peer's dump.
+ * 3. kvr_source_release_one for each listener the dump has a cursor for,
+ *    then kvr_source_release for the rest: the buffered messages above the
+ *    cursor apply, a gap between the cursor and the buffer is replayed (or
+ *    counted), a listener without a cursor keeps its own (a fresh one takes
+ *    the first-message rule).
+ * All inside kvr_source_run. */
+void kvr_source_hold(kvr_source *src);
+/* Releases (w, rank) with the cursor its loaded content reflects and, when
+ * the dump carried it (cursor_digest != NULL), that batch's digest: a held
+ * copy of the batch with other bytes, or a replay that disagrees, means the
+ * engine restarted since the snapshot (rank cleared, stream taken from 0).
+ * Returns false when no such held listener exists. */
+bool kvr_source_release_one(kvr_source *src, kvr_worker *w, uint32_t rank, uint64_t cursor,
+                            const uint64_t *cursor_digest);
+/* Releases every listener still held, without a cursor, and ends the hold. */
+void kvr_source_release(kvr_source *src);
 
 kvr_indexer *kvr_source_indexer(kvr_source *src);
 /* Monotonic clock in seconds (the time base of every source timer). */

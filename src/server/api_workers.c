@@ -81,7 +81,15 @@ static json_t *ranks_json(const kvr_worker_info *wi, const kvr_listener_info *ls
                             l->replay_endpoint[0] ? json_string(l->replay_endpoint) : json_null());
         json_object_set_new(o, "topic", json_string(l->topic));
         json_object_set_new(o, "listener_state", json_string(kvr_listener_state_name(l->state)));
+        json_object_set_new(o, "connected", json_boolean(l->connected));
         json_object_set_new(o, "last_seq", l->has_seq ? kvr_json_u64_num(l->last_seq) : json_null());
+        json_object_set_new(o, "cursor", l->has_cursor ? kvr_json_u64_num(l->cursor) : json_null());
+        json_object_set_new(o, "replay_state",
+                            json_string(kvr_replay_state_name(l->replay_state)));
+        json_object_set_new(o, "replay_backoff_s", json_real(l->replay_backoff_s));
+        json_object_set_new(o, "replay_failures", json_integer(l->replay_failures));
+        json_object_set_new(o, "replay_last_error",
+                            l->replay_error[0] ? json_string(l->replay_error) : json_null());
         json_object_set_new(o, "seconds_since_last_event",
                             l->seconds_since_last_event >= 0
                                 ? json_real(l->seconds_since_last_event)

@@ -62,22 +62,31 @@ const char *kvr_lstatus_name(kvr_lstatus s)
 }
 
 /* The whole mapping from what the source layer knows about a listener to
- * Dynamo's words; new listener fields (connection state, replay endpoint
- * backoff) change this function only. Today a listener knows whether a
- * message arrived: before the first one it is pending (its engine may be
- * down, or up and idle); after it, active, also while it replays a gap (it
- * keeps receiving; the gap is being refilled). kvrouter never pauses a
- * listener and ZeroMQ reconnects forever, so nothing maps to paused or
- * failed yet. */
+ * Dynamo's words. Before the first message, or while held for peer recovery,
+ * a listener is pending (its engine may be down, or up and idle); after it,
+ * active, also while it replays a gap (it keeps receiving; the gap is being
+ * refilled), unless the connection is down now (pending again, with the
+ * reason). A replay endpoint that fails does not stop the live feed: the
+ * listener stays active and shows the endpoint's last error. kvrouter never
+ * pauses a listener and ZeroMQ reconnects forever, so nothing maps to paused
+ * or failed yet. */
 kvr_lstatus kvr_listener_status(const kvr_listener_info *l, char *last_error, size_t cap)
 {
     if (cap)
         last_error[0] = 0;
+    if (cap && l->replay_state >= KVR_REPLAY_BACKOFF)
+        snprintf(last_error, cap, "replay endpoint %s: %s", l->replay_endpoint,
+                 l->replay_error);
     switch (l->state) {
     case KVR_LISTENER_LIVE:
     case KVR_LISTENER_REPLAYING:
-        return KVR_LSTATUS_ACTIVE;
+        if (l->connected)
+            return KVR_LSTATUS_ACTIVE;
+        if (cap)
+            snprintf(last_error, cap, "not connected to %s", l->endpoint);
+        return KVR_LSTATUS_PENDING;
     case KVR_LISTENER_CONNECTING:
+    case KVR_LISTENER_HELD:
     default:
         return KVR_LSTATUS_PENDING;
     }

@@ -1,13 +1,18 @@
-/* Per-(worker, rank) sequence machine (SPEC §2): cursor, gaps, replay,
- * engine restarts, and applying decoded batches to the indexer. */
+/* Per-(worker, rank) sequence machine (SPEC §2, the rule at the top of
+ * include/kvrouter/source.h): cursor, gaps, replays, engine restarts,
+ * reconnections, peer-recovery holds, and applying decoded batches to the
+ * indexer. Whatever it cannot recover it counts (lost_batches); it clears a
+ * rank only for a restart or for history provably gone. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
-#include <zmq.h>
 #include "kvrouter/log.h"
-
 #include "source/source_internal.h"
+#include "util/grow.h"
+
+static uint64_t digest(const void *payload, size_t len) { return XXH3_64bits(payload, len); }
 
 static void note_rank(kvr_listener *l, uint32_t rank)
 {
@@ -36,6 +41,8 @@ static void apply(kvr_source *src, kvr_listener *l, uint64_t seq, const void *pa
     l->next = seq + 1;
     l->has_seq = true;
     l->last_seq = seq;
+    l->has_digest = true;
+    l->last_digest = digest(payload, len);
     kvr_batch *b = &src->batch;
     kvr_batch_error err = kvr_batch_decode(b, payload, len);
     if (err != KVR_BATCH_OK) {
@@ -64,54 +71,94 @@ static void apply(kvr_source *src, kvr_listener *l, uint64_t seq, const void *pa
     l->c.batches++;
 }
 
-void kvr_listener_free_buffer(kvr_listener *l)
+/* ---------------------------------------------------------------- buffer */
+
+static void drop_buffered(kvr_source *src, kvr_listener *l, size_t n)
 {
-    for (size_t i = 0; i < l->n_buf; i++)
+    for (size_t i = 0; i < n; i++) {
+        l->buf_bytes -= l->buf[i].len;
+        src->buffered_bytes -= l->buf[i].len;
         free(l->buf[i].data);
+    }
+    if (n < l->n_buf)
+        memmove(l->buf, l->buf + n, (l->n_buf - n) * sizeof *l->buf);
+    l->n_buf -= n;
+    l->c.buffered = l->n_buf;
+}
+
+void kvr_listener_free_buffer(kvr_source *src, kvr_listener *l)
+{
+    drop_buffered(src, l, l->n_buf);
     free(l->buf);
     l->buf = NULL;
-    l->n_buf = l->cap_buf = 0;
-    l->buf_bytes = 0;
+    l->cap_buf = 0;
 }
 
-static void close_dealer(kvr_listener *l)
-{
-    if (l->dealer) {
-        zmq_close(l->dealer);
-        l->dealer = NULL;
-    }
-}
-
-/* Returns false when the buffer is full or memory ran out. */
+/* Returns false (counted) when a bound is hit or memory ran out. */
 static bool buffer_msg(kvr_source *src, kvr_listener *l, uint64_t seq, const void *payload,
                        size_t len)
 {
-    if (l->n_buf >= src->cfg.max_buffered || l->buf_bytes + len > src->cfg.max_buffered_bytes)
+    const kvr_source_config *cfg = &src->cfg;
+    if (l->n_buf >= cfg->max_buffered || l->buf_bytes + len > cfg->max_buffered_bytes ||
+        src->buffered_bytes + len > cfg->max_buffered_total_bytes) {
+        l->c.buffer_overflows++;
         return false;
-    if (l->n_buf == l->cap_buf) {
-        size_t cap = l->cap_buf ? l->cap_buf * 2 : 16;
-        kvr_pending_msg *nb = realloc(l->buf, cap * sizeof *nb);
-        if (!nb)
-            return false;
-        l->buf = nb;
-        l->cap_buf = cap;
+    }
+    if (KVR_GROW(l->buf, l->cap_buf, l->n_buf + 1) != 0) {
+        l->c.buffer_overflows++;
+        return false;
     }
     void *copy = malloc(len ? len : 1);
-    if (!copy)
+    if (!copy) {
+        l->c.buffer_overflows++;
         return false;
+    }
     if (len)
         memcpy(copy, payload, len);
+    if (l->n_buf > 0 && seq > l->buf[l->n_buf - 1].seq + 1)
+        l->c.seq_gaps++; /* a hole among the held messages */
     l->buf[l->n_buf++] = (kvr_pending_msg){seq, copy, len};
     l->buf_bytes += len;
+    src->buffered_bytes += len;
+    l->c.buffered = l->n_buf;
     return true;
 }
 
-/* Applies the messages held during a replay, in order, skipping what the
- * replay covered. A hole between the replay and the buffer is history nobody
- * can give back: clear the rank (stale removals are worse than a cold
- * cache), then continue from the buffer. */
-static void drain_buffer(kvr_source *src, kvr_listener *l)
+/* ---------------------------------------------------------------- replay */
+
+static void begin_replay(kvr_source *src, kvr_listener *l, uint64_t from, bool verify);
+
+static void end_replay(kvr_source *src, kvr_listener *l)
 {
+    kvr_replay_close(src, l);
+    kvr_timer_cancel(src, &l->replay_timer);
+    l->replay_verify = false;
+    l->state = KVR_LISTENER_LIVE;
+}
+
+/* A fresh stream whose first message is first_seq: replay 0.. first when it
+ * may, else count what came before it as lost. True when a replay began. */
+static bool start_fresh(kvr_source *src, kvr_listener *l, uint64_t first_seq, bool may_replay)
+{
+    if (first_seq > 0 && may_replay && kvr_replay_usable(src, l, kvr_source_now())) {
+        l->has_next = true;
+        l->next = 0;
+        begin_replay(src, l, 0, false);
+        return true;
+    }
+    l->c.lost_batches += first_seq;
+    return false;
+}
+
+/* Applies the held messages in order, skipping what is already applied. A
+ * hole between the cursor and the next held message is a new gap: replayed
+ * when allowed and the endpoint is usable (the rest stays held), else
+ * counted. A failed replay drains with may_replay false: the same gap is not
+ * asked for again at once. */
+static void drain_buffer(kvr_source *src, kvr_listener *l, bool may_replay)
+{
+    if (!l->has_next && l->n_buf > 0 && start_fresh(src, l, l->buf[0].seq, may_replay))
+        return;
     for (size_t i = 0; i < l->n_buf; i++) {
         kvr_pending_msg *m = &l->buf[i];
         if (l->has_next && m->seq < l->next) {
@@ -119,115 +166,75 @@ static void drain_buffer(kvr_source *src, kvr_listener *l)
             continue;
         }
         if (l->has_next && m->seq > l->next) {
-            l->c.seq_gaps++;
+            if (i == 0 && may_replay)
+                l->c.seq_gaps++; /* new: between a replay's end and what was held */
+            if (may_replay && kvr_replay_usable(src, l, kvr_source_now())) {
+                drop_buffered(src, l, i);
+                begin_replay(src, l, l->next, false);
+                return;
+            }
             l->c.lost_batches += m->seq - l->next;
-            clear_rank(src, l);
         }
         apply(src, l, m->seq, m->data, m->len);
     }
-    kvr_listener_free_buffer(l);
+    drop_buffered(src, l, l->n_buf);
 }
 
-static void replay_failed(kvr_source *src, kvr_listener *l, const char *why)
+static void replay_failed(kvr_source *src, kvr_listener *l, const char *why, bool blame_endpoint)
 {
-    KVR_LOG_LIMITED(KVR_LOG_WARN, KVR_LOG_WORKER_RANK(l->worker_id, l->rank),
-                    "replay from %llu failed (%s); rank cleared",
-                    (unsigned long long)l->replay_from, why);
-    close_dealer(l);
+    bool verify = l->replay_verify;
+    end_replay(src, l);
     l->c.replays_failed++;
-    clear_rank(src, l);
-    l->state = KVR_LISTENER_LIVE;
-    /* Start fresh at the first held message. */
-    l->has_next = false;
-    drain_buffer(src, l);
+    double now = kvr_source_now();
+    if (blame_endpoint)
+        kvr_replay_mark_failed(src, l, why, now);
+    KVR_LOG_LIMITED(KVR_LOG_WARN, KVR_LOG_WORKER_RANK(l->worker_id, l->rank),
+                    "replay from %llu failed (%s); continuing without it",
+                    (unsigned long long)l->replay_from, why);
+    if (verify && l->n_buf > 0 && l->buf[0].seq != l->next) {
+        /* A reconnection nobody could check and a number that does not
+         * continue the stream: take it for a restart. */
+        l->c.restarts++;
+        clear_rank(src, l);
+        l->has_next = false;
+        l->has_digest = false;
+    }
+    drain_buffer(src, l, false);
 }
 
-static void start_replay(kvr_source *src, kvr_listener *l, uint64_t from, uint64_t seq,
-                         const void *payload, size_t len)
+static void begin_replay(kvr_source *src, kvr_listener *l, uint64_t from, bool verify)
 {
     l->state = KVR_LISTENER_REPLAYING;
     l->replay_from = from;
+    l->replay_verify = verify;
     l->replay_got_first = false;
     l->replay_incomplete = false;
-    l->replay_deadline = kvr_source_now() + src->cfg.replay_timeout_ms / 1000.0;
-    if (!buffer_msg(src, l, seq, payload, len)) {
-        l->state = KVR_LISTENER_LIVE;
-        l->c.replays_failed++;
-        clear_rank(src, l);
-        apply(src, l, seq, payload, len);
+    if (!kvr_replay_request(src, l, from)) {
+        char why[KVR_REPLAY_ERROR_MAX];
+        snprintf(why, sizeof why, "%s", l->replay_error);
+        replay_failed(src, l, why, true);
         return;
     }
-    void *d = zmq_socket(src->zctx, ZMQ_DEALER);
-    int zero = 0;
-    if (d)
-        zmq_setsockopt(d, ZMQ_LINGER, &zero, sizeof zero);
-    if (!d || zmq_connect(d, l->replay_endpoint) != 0) {
-        if (d)
-            zmq_close(d);
-        replay_failed(src, l, "cannot connect");
-        return;
-    }
-    l->dealer = d;
-    unsigned char seqbuf[8];
-    for (int i = 0; i < 8; i++)
-        seqbuf[i] = (unsigned char)(from >> (56 - 8 * i));
-    /* The DEALER queues until connected; a dead endpoint ends in the timeout. */
-    if (zmq_send(d, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
-        zmq_send(d, seqbuf, 8, ZMQ_DONTWAIT) < 0)
-        replay_failed(src, l, "cannot send request");
+    kvr_timer_arm(src, &l->replay_timer,
+                  kvr_source_now() + src->cfg.replay_timeout_ms / 1000.0);
 }
 
-static void restart(kvr_source *src, kvr_listener *l, uint64_t seq, const void *payload,
-                    size_t len)
+/* The engine's stream is not the one the index holds: start over from 0. */
+static void restart_from_zero(kvr_source *src, kvr_listener *l)
 {
+    end_replay(src, l);
+    drop_buffered(src, l, l->n_buf);
     l->c.restarts++;
     clear_rank(src, l);
-    apply(src, l, seq, payload, len);
-}
-
-void kvr_listener_on_live(kvr_source *src, kvr_listener *l, uint64_t seq, const void *payload,
-                          size_t len)
-{
-    l->last_event_time = kvr_source_now();
-    if (l->state == KVR_LISTENER_REPLAYING) {
-        if (l->n_buf > 0 && seq <= l->buf[l->n_buf - 1].seq) {
-            /* The engine restarted under the replay: its history is moot. */
-            close_dealer(l);
-            kvr_listener_free_buffer(l);
-            l->state = KVR_LISTENER_LIVE;
-            restart(src, l, seq, payload, len);
-            return;
-        }
-        if (!buffer_msg(src, l, seq, payload, len)) {
-            replay_failed(src, l, "live buffer full");
-            apply(src, l, seq, payload, len);
-        }
-        return;
-    }
-    l->state = KVR_LISTENER_LIVE;
-    if (!l->has_next) {
-        if (seq > 0 && l->replay_endpoint[0]) {
-            l->has_next = true;
-            l->next = 0;
-            start_replay(src, l, 0, seq, payload, len);
-            return;
-        }
-        apply(src, l, seq, payload, len);
-        return;
-    }
-    if (seq == l->next) {
-        apply(src, l, seq, payload, len);
-    } else if (seq < l->next) {
-        restart(src, l, seq, payload, len);
-    } else {
-        l->c.seq_gaps++;
-        if (l->replay_endpoint[0]) {
-            start_replay(src, l, l->next, seq, payload, len);
-        } else {
-            l->c.lost_batches += seq - l->next;
-            apply(src, l, seq, payload, len);
-        }
-    }
+    l->has_digest = false;
+    l->has_next = true;
+    l->next = 0;
+    /* Everything published so far is in the answer; later messages are
+     * held while it runs. */
+    if (kvr_replay_usable(src, l, kvr_source_now()))
+        begin_replay(src, l, 0, false);
+    else
+        l->has_next = false;
 }
 
 static bool is_end_marker(const unsigned char *s, size_t n, size_t payload_len)
@@ -240,6 +247,35 @@ static bool is_end_marker(const unsigned char *s, size_t n, size_t payload_len)
     return true;
 }
 
+static void finish_replay(kvr_source *src, kvr_listener *l)
+{
+    bool unconfirmed = l->replay_verify && !l->replay_got_first;
+    kvr_replay_mark_ok(l);
+    if (unconfirmed) {
+        /* Nothing at or after our last number: the engine's stream is
+         * behind ours, so it is not ours. */
+        restart_from_zero(src, l);
+        return;
+    }
+    end_replay(src, l);
+    if (!l->replay_got_first && l->n_buf > 0 && l->buf[0].seq > l->replay_from) {
+        /* Empty history that should not be: what came before the held
+         * messages is gone. */
+        l->replay_incomplete = true;
+        if (l->has_next && l->buf[0].seq > l->next) {
+            l->c.lost_batches += l->buf[0].seq - l->next;
+            if (l->next > 0)
+                clear_rank(src, l);
+            l->next = l->buf[0].seq;
+        }
+    }
+    if (l->replay_incomplete)
+        l->c.replays_failed++;
+    else
+        l->c.replays_ok++;
+    drain_buffer(src, l, true);
+}
+
 void kvr_listener_on_replay(kvr_source *src, kvr_listener *l, size_t n_frames,
                             const void *seq_frame, size_t seq_len, const void *payload,
                             size_t len)
@@ -250,17 +286,10 @@ void kvr_listener_on_replay(kvr_source *src, kvr_listener *l, size_t n_frames,
         l->c.bad_frames++;
         return;
     }
-    l->replay_deadline = kvr_source_now() + src->cfg.replay_timeout_ms / 1000.0;
+    kvr_timer_arm(src, &l->replay_timer,
+                  kvr_source_now() + src->cfg.replay_timeout_ms / 1000.0);
     if (is_end_marker(seq_frame, seq_len, len)) {
-        close_dealer(l);
-        l->state = KVR_LISTENER_LIVE;
-        if (!l->replay_got_first && l->n_buf > 0 && l->buf[0].seq > l->replay_from)
-            l->replay_incomplete = true; /* empty history that should not be */
-        if (l->replay_incomplete)
-            l->c.replays_failed++;
-        else
-            l->c.replays_ok++;
-        drain_buffer(src, l);
+        finish_replay(src, l);
         return;
     }
     const unsigned char *s = seq_frame;
@@ -269,11 +298,23 @@ void kvr_listener_on_replay(kvr_source *src, kvr_listener *l, size_t n_frames,
         seq = (seq << 8) | s[i];
     if (!l->replay_got_first) {
         l->replay_got_first = true;
-        if (seq > l->replay_from) {
+        if (l->replay_verify) {
+            l->replay_verify = false;
+            if (seq == l->replay_from) {
+                if (digest(payload, len) != l->last_digest) {
+                    restart_from_zero(src, l); /* same number, other bytes */
+                    return;
+                }
+                l->c.duplicates_skipped++; /* our last batch: the same stream */
+                return;
+            }
+        }
+        if (seq > l->replay_from && seq > l->next) {
             /* History no longer reaches back to what we asked for. */
             l->replay_incomplete = true;
-            l->c.lost_batches += seq - l->replay_from;
-            clear_rank(src, l);
+            l->c.lost_batches += seq - l->next;
+            if (l->next > 0)
+                clear_rank(src, l);
             l->next = seq;
         }
     }
@@ -291,17 +332,238 @@ void kvr_listener_on_replay(kvr_source *src, kvr_listener *l, size_t n_frames,
     apply(src, l, seq, payload, len);
 }
 
-void kvr_listener_check_timeout(kvr_source *src, kvr_listener *l, double now)
+void kvr_listener_on_timeout(kvr_source *src, kvr_listener *l)
 {
-    if (l->state == KVR_LISTENER_REPLAYING && now > l->replay_deadline)
-        replay_failed(src, l, "timeout");
+    if (l->state == KVR_LISTENER_REPLAYING)
+        replay_failed(src, l, "timeout", true);
 }
+
+/* ---------------------------------------------------------------- live */
+
+/* A restart seen on the live socket: the number went back. */
+static void new_stream(kvr_source *src, kvr_listener *l, uint64_t seq, const void *payload,
+                       size_t len)
+{
+    end_replay(src, l);
+    drop_buffered(src, l, l->n_buf);
+    l->c.restarts++;
+    clear_rank(src, l);
+    l->has_next = false;
+    l->has_digest = false;
+    kvr_listener_on_live(src, l, seq, payload, len);
+}
+
+/* Starts a replay from `from` with m held; false when m cannot be held. */
+static bool replay_with(kvr_source *src, kvr_listener *l, uint64_t from, bool verify,
+                        uint64_t seq, const void *payload, size_t len)
+{
+    if (!buffer_msg(src, l, seq, payload, len))
+        return false;
+    begin_replay(src, l, from, verify);
+    return true;
+}
+
+/* The first message after a reconnection: it may belong to a new stream. */
+static void after_reconnect(kvr_source *src, kvr_listener *l, uint64_t seq, const void *payload,
+                            size_t len)
+{
+    if (seq < l->next) {
+        new_stream(src, l, seq, payload, len);
+        return;
+    }
+    if (l->has_digest && kvr_replay_usable(src, l, kvr_source_now()) &&
+        replay_with(src, l, l->next - 1, true, seq, payload, len))
+        return;
+    if (seq != l->next) {
+        /* Nothing to check it against: a jump after a reconnection is taken
+         * for a new stream, not for continuity. */
+        l->c.restarts++;
+        clear_rank(src, l);
+        l->has_next = false;
+        l->has_digest = false;
+    }
+    kvr_listener_on_live(src, l, seq, payload, len);
+}
+
+/* A reconnection while a replay runs: what is held and what comes may be two
+ * streams. Ask again from our last batch and let its bytes decide. */
+static void reconnect_in_replay(kvr_source *src, kvr_listener *l, uint64_t seq,
+                                const void *payload, size_t len)
+{
+    end_replay(src, l);
+    bool kept = buffer_msg(src, l, seq, payload, len);
+    if (kept && l->has_next && l->next > 0 && l->has_digest) {
+        begin_replay(src, l, l->next - 1, true);
+        return;
+    }
+    drop_buffered(src, l, l->n_buf);
+    if (l->has_next && l->next > 0) {
+        l->c.restarts++;
+        clear_rank(src, l);
+    }
+    l->has_next = false;
+    l->has_digest = false;
+    kvr_listener_on_live(src, l, seq, payload, len);
+}
+
+static void on_held(kvr_source *src, kvr_listener *l, uint64_t seq, const void *payload,
+                    size_t len)
+{
+    if (l->n_buf > 0 && seq <= l->buf[l->n_buf - 1].seq) {
+        /* the engine restarted while held: the older part is moot */
+        drop_buffered(src, l, l->n_buf);
+        l->c.restarts++;
+        l->held_restart = true;
+    }
+    buffer_msg(src, l, seq, payload, len); /* a miss shows as a gap at release */
+}
+
+void kvr_listener_on_live(kvr_source *src, kvr_listener *l, uint64_t seq, const void *payload,
+                          size_t len)
+{
+    l->last_event_time = kvr_source_now();
+    if (l->held) {
+        l->has_seq = true;
+        l->last_seq = seq;
+        on_held(src, l, seq, payload, len);
+        return;
+    }
+    bool reconnected = l->reconnected && l->has_next;
+    l->reconnected = false;
+    if (l->state == KVR_LISTENER_REPLAYING) {
+        if (reconnected) {
+            reconnect_in_replay(src, l, seq, payload, len);
+        } else if (l->n_buf > 0 && seq <= l->buf[l->n_buf - 1].seq) {
+            new_stream(src, l, seq, payload, len); /* restarted under the replay */
+        } else if (!buffer_msg(src, l, seq, payload, len)) {
+            replay_failed(src, l, "live buffer full", false);
+            kvr_listener_on_live(src, l, seq, payload, len);
+        }
+        return;
+    }
+    l->state = KVR_LISTENER_LIVE;
+    if (reconnected) {
+        after_reconnect(src, l, seq, payload, len);
+        return;
+    }
+    if (!l->has_next) {
+        if (seq > 0 && kvr_replay_usable(src, l, l->last_event_time)) {
+            l->has_next = true;
+            l->next = 0;
+            if (replay_with(src, l, 0, false, seq, payload, len))
+                return;
+            l->has_next = false;
+        }
+        l->c.lost_batches += seq;
+        apply(src, l, seq, payload, len);
+        return;
+    }
+    if (seq == l->next) {
+        apply(src, l, seq, payload, len);
+    } else if (seq < l->next) {
+        new_stream(src, l, seq, payload, len);
+    } else {
+        l->c.seq_gaps++;
+        if (kvr_replay_usable(src, l, l->last_event_time) &&
+            replay_with(src, l, l->next, false, seq, payload, len))
+            return;
+        l->c.lost_batches += seq - l->next;
+        apply(src, l, seq, payload, len);
+    }
+}
+
+/* ---------------------------------------------------------------- monitor */
+
+void kvr_listener_on_monitor(kvr_source *src, kvr_listener *l, uint16_t event)
+{
+    (void)src;
+    switch (event) {
+    case ZMQ_EVENT_CONNECTED:
+        if (l->disconnected) {
+            /* Messages from here on came over a new connection. */
+            l->disconnected = false;
+            l->reconnected = true;
+            l->c.reconnects++;
+        }
+        break;
+    case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+        l->connected = true;
+        break;
+    case ZMQ_EVENT_DISCONNECTED:
+        l->connected = false;
+        l->disconnected = true;
+        break;
+    default:
+        break;
+    }
+}
+
+/* ---------------------------------------------------------------- control */
 
 void kvr_listener_reset(kvr_source *src, kvr_listener *l)
 {
-    (void)src;
-    close_dealer(l);
-    kvr_listener_free_buffer(l);
+    end_replay(src, l);
+    drop_buffered(src, l, l->n_buf);
     l->has_next = false;
+    l->has_digest = false;
+    l->reconnected = false;
+    l->held_restart = false;
+    l->state = l->held ? KVR_LISTENER_HELD
+               : l->has_seq ? KVR_LISTENER_LIVE
+                            : KVR_LISTENER_CONNECTING;
+}
+
+void kvr_listener_hold(kvr_source *src, kvr_listener *l)
+{
+    if (l->held)
+        return;
+    end_replay(src, l); /* what it held stays held; the gap shows at release */
+    l->held = true;
+    l->state = KVR_LISTENER_HELD;
+}
+
+void kvr_listener_release(kvr_source *src, kvr_listener *l, bool has_cursor, uint64_t cursor,
+                          const uint64_t *cursor_digest)
+{
+    if (!l->held)
+        return;
+    l->held = false;
     l->state = l->has_seq ? KVR_LISTENER_LIVE : KVR_LISTENER_CONNECTING;
+    if (l->held_restart) {
+        /* the stream the index holds ended while we were held */
+        l->held_restart = false;
+        clear_rank(src, l);
+        has_cursor = false;
+        l->has_next = false;
+        l->has_digest = false;
+    }
+    if (has_cursor) {
+        l->has_next = true;
+        l->next = cursor + 1;
+        l->has_digest = cursor_digest != NULL;
+        l->last_digest = cursor_digest ? *cursor_digest : 0;
+    }
+    if (has_cursor && l->has_digest) {
+        for (size_t i = 0; i < l->n_buf; i++) {
+            if (l->buf[i].seq != cursor)
+                continue;
+            if (digest(l->buf[i].data, l->buf[i].len) != l->last_digest) {
+                /* the batch the dump ends with is not the engine's: a
+                 * restart between the peer's snapshot and our subscription */
+                l->c.restarts++;
+                clear_rank(src, l);
+                l->has_next = false;
+                l->has_digest = false;
+            }
+            drain_buffer(src, l, true);
+            return;
+        }
+        if (l->n_buf > 0 && l->buf[0].seq > l->next &&
+            kvr_replay_usable(src, l, kvr_source_now())) {
+            l->c.seq_gaps++;
+            begin_replay(src, l, cursor, true); /* fills the gap, checks the stream */
+            return;
+        }
+    }
+    drain_buffer(src, l, true);
 }

@@ -1,41 +1,25 @@
-/* The ingest thread: one zmq_poll over every SUB (and replay DEALER)
- * socket, commands from other threads through a queue woken by an eventfd,
- * and the listener table. */
+/* The listener table and the public API: creating and stopping the ingest
+ * thread, SUB sockets with their monitors, listener snapshots, and the
+ * peer-recovery hold. The thread itself is loop.c; the sequence rule is
+ * listener.c. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <zmq.h>
 
-#include "source/frames.h"
-#include "kvrouter/log.h"
 #include "source/source_internal.h"
+#include "util/clock.h"
+#include "util/grow.h"
 
-typedef struct kvr_source_cmd {
-    kvr_source_fn fn;
-    void *arg;
-    bool done;
-    struct kvr_source_cmd *next;
-} kvr_source_cmd;
-
-static _Thread_local kvr_source *tls_running; /* set while on the ingest thread */
-
-/* Messages taken from one socket per poll round, so a flooding engine
- * cannot starve the others. */
-#define KVR_SOURCE_BURST 256
-#define KVR_MAX_FRAMES 5
-
-double kvr_source_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+double kvr_source_now(void) { return kvr_clock_mono(); }
 
 const char *kvr_listener_state_name(kvr_listener_state s)
 {
@@ -46,6 +30,8 @@ const char *kvr_listener_state_name(kvr_listener_state s)
         return "live";
     case KVR_LISTENER_REPLAYING:
         return "replaying";
+    case KVR_LISTENER_HELD:
+        return "held";
     default:
         return "unknown";
     }
@@ -58,10 +44,11 @@ void kvr_source_config_default(kvr_source_config *cfg)
     cfg->rcv_hwm = 100000;
     cfg->max_message_bytes = 32ull << 20;
     cfg->max_msg_size = 0; /* 2 x max_message_bytes */
-    cfg->poll_ms = 20;
     cfg->max_buffered = 65536;
     cfg->max_buffered_bytes = 256ull << 20;
-    cfg->reconnect_max_ms = 1000;
+    cfg->max_buffered_total_bytes = 1ull << 30;
+    cfg->reconnect_max_ms = 10000;
+    cfg->replay_backoff_max_ms = 60000;
 }
 
 kvr_indexer *kvr_source_indexer(kvr_source *src) { return src->ix; }
@@ -82,152 +69,26 @@ void kvr_source_counters_add(kvr_source_counters *a, const kvr_source_counters *
 #undef KVR_SOURCE_COUNTER_ADD_
 }
 
-static void handle_sub(kvr_source *src, kvr_listener *l)
+static void merge_config(kvr_source_config *dst, const kvr_source_config *cfg)
 {
-    zmq_msg_t f[KVR_MAX_FRAMES];
-    size_t n;
-    for (int i = 0; i < KVR_SOURCE_BURST && l->sub; i++) {
-        if (!kvr_zmq_recv_frames(l->sub, ZMQ_DONTWAIT, f, KVR_MAX_FRAMES, &n))
-            return;
-        l->c.messages++;
-        uint64_t seq = 0;
-        const void *seq_data = n >= 2 ? zmq_msg_data(&f[1]) : NULL;
-        size_t seq_len = n >= 2 ? zmq_msg_size(&f[1]) : 0;
-        if (kvr_frame_parse(n, seq_data, seq_len, &seq) != KVR_FRAME_OK)
-            l->c.bad_frames++;
-        else
-            kvr_listener_on_live(src, l, seq, zmq_msg_data(&f[2]), zmq_msg_size(&f[2]));
-        kvr_zmq_close_frames(f, KVR_MAX_FRAMES, n);
-    }
-}
-
-static void handle_dealer(kvr_source *src, kvr_listener *l)
-{
-    zmq_msg_t f[KVR_MAX_FRAMES];
-    size_t n;
-    for (int i = 0; i < KVR_SOURCE_BURST && l->dealer; i++) {
-        if (!kvr_zmq_recv_frames(l->dealer, ZMQ_DONTWAIT, f, KVR_MAX_FRAMES, &n))
-            return;
-        if (n < 3 || n > 4 || zmq_msg_size(&f[0]) != 0) {
-            l->c.bad_frames++;
-        } else {
-            size_t after = n - 1; /* frames after the delimiter */
-            zmq_msg_t *seqf = &f[after == 3 ? 2 : 1];
-            zmq_msg_t *pay = &f[n - 1];
-            kvr_listener_on_replay(src, l, after, zmq_msg_data(seqf), zmq_msg_size(seqf),
-                                   zmq_msg_data(pay), zmq_msg_size(pay));
-        }
-        kvr_zmq_close_frames(f, KVR_MAX_FRAMES, n);
-    }
-}
-
-static void run_commands(kvr_source *src)
-{
-    pthread_mutex_lock(&src->mu);
-    kvr_source_cmd *list = src->cmds;
-    src->cmds = NULL;
-    pthread_mutex_unlock(&src->mu);
-    /* The queue is LIFO; run in arrival order. */
-    kvr_source_cmd *rev = NULL;
-    while (list) {
-        kvr_source_cmd *nx = list->next;
-        list->next = rev;
-        rev = list;
-        list = nx;
-    }
-    while (rev) {
-        kvr_source_cmd *nx = rev->next;
-        rev->fn(src, rev->arg);
-        pthread_mutex_lock(&src->mu);
-        rev->done = true;
-        pthread_cond_broadcast(&src->cond);
-        pthread_mutex_unlock(&src->mu);
-        rev = nx;
-    }
-}
-
-static void *ingest_main(void *arg)
-{
-    kvr_source *src = arg;
-    tls_running = src;
-    zmq_pollitem_t *items = NULL;
-    kvr_listener **owners = NULL;
-    bool *is_dealer = NULL;
-    size_t cap = 0, n_items = 0;
-    src->items_dirty = true;
-    while (!src->stop) {
-        run_commands(src);
-        if (src->items_dirty) {
-            size_t need = 1 + 2 * src->n_ls;
-            if (need > cap) {
-                free(items);
-                free(owners);
-                free(is_dealer);
-                cap = need * 2;
-                items = calloc(cap, sizeof *items);
-                owners = calloc(cap, sizeof *owners);
-                is_dealer = calloc(cap, sizeof *is_dealer);
-                if (!items || !owners || !is_dealer) {
-                    KVR_LOG_LIMITED(KVR_LOG_ERROR, NULL, "source: out of memory for the poll set");
-                    break;
-                }
-            }
-            n_items = 0;
-            items[n_items++] = (zmq_pollitem_t){.socket = NULL, .fd = src->wake_fd,
-                                                .events = ZMQ_POLLIN};
-            for (size_t i = 0; i < src->n_ls; i++) {
-                kvr_listener *l = src->ls[i];
-                owners[n_items] = l;
-                is_dealer[n_items] = false;
-                items[n_items++] = (zmq_pollitem_t){.socket = l->sub, .events = ZMQ_POLLIN};
-                if (l->dealer) {
-                    owners[n_items] = l;
-                    is_dealer[n_items] = true;
-                    items[n_items++] =
-                        (zmq_pollitem_t){.socket = l->dealer, .events = ZMQ_POLLIN};
-                }
-            }
-            src->items_dirty = false;
-        }
-        int rc = zmq_poll(items, (int)n_items, src->cfg.poll_ms);
-        if (rc < 0 && errno != EINTR)
-            break;
-        if (rc > 0 && (items[0].revents & ZMQ_POLLIN)) {
-            uint64_t v;
-            if (read(src->wake_fd, &v, sizeof v) < 0 && errno != EAGAIN)
-                break;
-        }
-        for (size_t i = 1; rc > 0 && i < n_items && !src->items_dirty; i++) {
-            if (!(items[i].revents & ZMQ_POLLIN))
-                continue;
-            kvr_listener *l = owners[i];
-            void *had_dealer = l->dealer;
-            if (is_dealer[i])
-                handle_dealer(src, l);
-            else
-                handle_sub(src, l);
-            if (l->dealer != had_dealer)
-                src->items_dirty = true;
-        }
-        double now = kvr_source_now();
-        for (size_t i = 0; i < src->n_ls; i++) {
-            kvr_listener *l = src->ls[i];
-            void *had_dealer = l->dealer;
-            kvr_listener_check_timeout(src, l, now);
-            if (l->dealer != had_dealer)
-                src->items_dirty = true;
-        }
-    }
-    free(items);
-    free(owners);
-    free(is_dealer);
-    /* Wake anyone still waiting: their command will never run. */
-    pthread_mutex_lock(&src->mu);
-    src->stop = 1;
-    pthread_cond_broadcast(&src->cond);
-    pthread_mutex_unlock(&src->mu);
-    tls_running = NULL;
-    return NULL;
+    if (cfg->replay_timeout_ms)
+        dst->replay_timeout_ms = cfg->replay_timeout_ms;
+    if (cfg->rcv_hwm)
+        dst->rcv_hwm = cfg->rcv_hwm;
+    if (cfg->max_msg_size)
+        dst->max_msg_size = cfg->max_msg_size;
+    if (cfg->max_message_bytes)
+        dst->max_message_bytes = cfg->max_message_bytes;
+    if (cfg->max_buffered)
+        dst->max_buffered = cfg->max_buffered;
+    if (cfg->max_buffered_bytes)
+        dst->max_buffered_bytes = cfg->max_buffered_bytes;
+    if (cfg->max_buffered_total_bytes)
+        dst->max_buffered_total_bytes = cfg->max_buffered_total_bytes;
+    if (cfg->reconnect_max_ms > 0)
+        dst->reconnect_max_ms = cfg->reconnect_max_ms;
+    if (cfg->replay_backoff_max_ms)
+        dst->replay_backoff_max_ms = cfg->replay_backoff_max_ms;
 }
 
 kvr_source *kvr_source_create(kvr_indexer *ix, const kvr_source_config *cfg)
@@ -236,37 +97,31 @@ kvr_source *kvr_source_create(kvr_indexer *ix, const kvr_source_config *cfg)
     if (!src)
         return NULL;
     kvr_source_config_default(&src->cfg);
-    if (cfg) {
-        if (cfg->replay_timeout_ms)
-            src->cfg.replay_timeout_ms = cfg->replay_timeout_ms;
-        if (cfg->rcv_hwm)
-            src->cfg.rcv_hwm = cfg->rcv_hwm;
-        if (cfg->max_msg_size)
-            src->cfg.max_msg_size = cfg->max_msg_size;
-        if (cfg->max_message_bytes)
-            src->cfg.max_message_bytes = cfg->max_message_bytes;
-        if (cfg->poll_ms)
-            src->cfg.poll_ms = cfg->poll_ms;
-        if (cfg->max_buffered)
-            src->cfg.max_buffered = cfg->max_buffered;
-        if (cfg->max_buffered_bytes)
-            src->cfg.max_buffered_bytes = cfg->max_buffered_bytes;
-        if (cfg->reconnect_max_ms > 0)
-            src->cfg.reconnect_max_ms = cfg->reconnect_max_ms;
-    }
+    if (cfg)
+        merge_config(&src->cfg, cfg);
     if (src->cfg.max_msg_size <= 0)
         src->cfg.max_msg_size = src->cfg.max_message_bytes > (uint64_t)INT64_MAX / 2
                                     ? INT64_MAX
                                     : (int64_t)(2 * src->cfg.max_message_bytes);
     src->ix = ix;
-    src->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    src->epfd = epoll_create1(EPOLL_CLOEXEC);
+    src->wake.kind = KVR_WATCH_WAKE;
+    src->wake.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     src->zctx = zmq_ctx_new();
+    /* A listener is three sockets (SUB, its monitor and our end of it); the
+     * default of 1023 would stop registrations near 340 workers. */
+    if (src->zctx)
+        zmq_ctx_set(src->zctx, ZMQ_MAX_SOCKETS, zmq_ctx_get(src->zctx, ZMQ_SOCKET_LIMIT));
     pthread_mutex_init(&src->mu, NULL);
     pthread_cond_init(&src->cond, NULL);
     kvr_batch_init(&src->batch);
     kvr_batch_set_max_bytes(&src->batch, (size_t)src->cfg.max_message_bytes);
-    if (src->wake_fd < 0 || !src->zctx ||
-        pthread_create(&src->thread, NULL, ingest_main, src) != 0) {
+    src->burst = calloc(KVR_SOURCE_BURST * KVR_MAX_FRAMES, sizeof *src->burst);
+    src->burst_n = calloc(KVR_SOURCE_BURST, sizeof *src->burst_n);
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &src->wake};
+    if (src->epfd < 0 || src->wake.fd < 0 || !src->zctx || !src->burst || !src->burst_n ||
+        epoll_ctl(src->epfd, EPOLL_CTL_ADD, src->wake.fd, &ev) != 0 ||
+        pthread_create(&src->thread, NULL, kvr_source_main, src) != 0) {
         kvr_source_destroy(src);
         return NULL;
     }
@@ -274,13 +129,22 @@ kvr_source *kvr_source_create(kvr_indexer *ix, const kvr_source_config *cfg)
     return src;
 }
 
-static void free_listener(kvr_listener *l)
+static void close_sub(kvr_source *src, kvr_listener *l)
 {
-    if (l->sub)
-        zmq_close(l->sub);
-    if (l->dealer)
-        zmq_close(l->dealer);
-    kvr_listener_free_buffer(l);
+    if (l->sub.sock)
+        zmq_socket_monitor(l->sub.sock, NULL, 0);
+    kvr_watch_close(src, &l->mon);
+    kvr_watch_close(src, &l->sub);
+    l->connected = false;
+    l->disconnected = false;
+    l->reconnected = false;
+}
+
+static void free_listener(kvr_source *src, kvr_listener *l)
+{
+    kvr_listener_reset(src, l);
+    kvr_listener_free_buffer(src, l);
+    close_sub(src, l);
     free(l);
 }
 
@@ -290,89 +154,74 @@ void kvr_source_destroy(kvr_source *src)
         return;
     if (src->thread_started) {
         src->stop = 1;
-        uint64_t one = 1;
-        if (write(src->wake_fd, &one, sizeof one) < 0) {
-            /* the poll timeout still ends the loop */
-        }
+        kvr_source_wake(src);
         pthread_join(src->thread, NULL);
     }
     for (size_t i = 0; i < src->n_ls; i++)
-        free_listener(src->ls[i]);
+        free_listener(src, src->ls[i]);
     free(src->ls);
+    free(src->ready);
+    free(src->ready_next);
+    free(src->heap);
+    free(src->burst);
+    free(src->burst_n);
     kvr_batch_free(&src->batch);
     if (src->zctx)
         zmq_ctx_term(src->zctx);
-    if (src->wake_fd >= 0)
-        close(src->wake_fd);
+    if (src->wake.fd >= 0)
+        close(src->wake.fd);
+    if (src->epfd >= 0)
+        close(src->epfd);
     pthread_mutex_destroy(&src->mu);
     pthread_cond_destroy(&src->cond);
     free(src);
 }
 
-int kvr_source_run(kvr_source *src, kvr_source_fn fn, void *arg)
-{
-    if (tls_running == src) {
-        fn(src, arg);
-        return 0;
-    }
-    kvr_source_cmd cmd = {fn, arg, false, NULL};
-    pthread_mutex_lock(&src->mu);
-    if (src->stop) {
-        pthread_mutex_unlock(&src->mu);
-        return -1;
-    }
-    cmd.next = src->cmds;
-    src->cmds = &cmd;
-    pthread_mutex_unlock(&src->mu);
-    uint64_t one = 1;
-    if (write(src->wake_fd, &one, sizeof one) < 0) {
-        /* eventfd overflow is impossible at these counts; poll timeout covers it */
-    }
-    pthread_mutex_lock(&src->mu);
-    while (!cmd.done && !src->stop)
-        pthread_cond_wait(&src->cond, &src->mu);
-    bool done = cmd.done;
-    if (!done) {
-        /* Thread gone before running it: unlink so nothing points at our stack. */
-        for (kvr_source_cmd **p = &src->cmds; *p; p = &(*p)->next)
-            if (*p == &cmd) {
-                *p = cmd.next;
-                break;
-            }
-    }
-    pthread_mutex_unlock(&src->mu);
-    return done ? 0 : -1;
-}
-
-static kvr_listener *find_listener(kvr_source *src, kvr_worker *w, uint32_t rank, size_t *idx)
+static kvr_listener *find_listener(kvr_source *src, kvr_worker *w, uint32_t rank)
 {
     for (size_t i = 0; i < src->n_ls; i++)
-        if (src->ls[i]->w == w && src->ls[i]->rank == rank) {
-            if (idx)
-                *idx = i;
+        if (src->ls[i]->w == w && src->ls[i]->rank == rank)
             return src->ls[i];
-        }
     return NULL;
 }
 
-static void *open_sub(kvr_source *src, const char *endpoint, const char *topic)
+/* The SUB of l and a monitor on it (CONNECTED, HANDSHAKE_SUCCEEDED,
+ * DISCONNECTED), both watched. On failure nothing is left open. */
+static bool open_sub(kvr_source *src, kvr_listener *l)
 {
     void *s = zmq_socket(src->zctx, ZMQ_SUB);
-    if (!s)
-        return NULL;
+    void *m = zmq_socket(src->zctx, ZMQ_PAIR);
+    char addr[64];
+    snprintf(addr, sizeof addr, "inproc://kvr-source-monitor-%" PRIu64, ++src->mon_seq);
     int zero = 0;
-    int64_t maxsz = src->cfg.max_msg_size;
-    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(s, ZMQ_RCVHWM, &src->cfg.rcv_hwm, sizeof src->cfg.rcv_hwm);
-    zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxsz, sizeof maxsz);
-    zmq_setsockopt(s, ZMQ_RECONNECT_IVL_MAX, &src->cfg.reconnect_max_ms,
-                   sizeof src->cfg.reconnect_max_ms);
-    if (zmq_setsockopt(s, ZMQ_SUBSCRIBE, topic, strlen(topic)) != 0 ||
-        zmq_connect(s, endpoint) != 0) {
-        zmq_close(s);
-        return NULL;
+    bool ok = s && m;
+    if (ok) {
+        zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+        zmq_setsockopt(m, ZMQ_LINGER, &zero, sizeof zero);
+        zmq_setsockopt(s, ZMQ_RCVHWM, &src->cfg.rcv_hwm, sizeof src->cfg.rcv_hwm);
+        zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &src->cfg.max_msg_size, sizeof src->cfg.max_msg_size);
+        zmq_setsockopt(s, ZMQ_RECONNECT_IVL_MAX, &src->cfg.reconnect_max_ms,
+                       sizeof src->cfg.reconnect_max_ms);
+        ok = zmq_setsockopt(s, ZMQ_SUBSCRIBE, l->topic, strlen(l->topic)) == 0 &&
+             zmq_socket_monitor(s, addr,
+                                ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                                    ZMQ_EVENT_DISCONNECTED) == 0 &&
+             zmq_connect(m, addr) == 0 && zmq_connect(s, l->endpoint) == 0;
     }
-    return s;
+    if (ok && kvr_watch_open(src, &l->sub, s) == 0) {
+        s = NULL;
+        ok = kvr_watch_open(src, &l->mon, m) == 0;
+        m = NULL;
+    } else {
+        ok = false;
+    }
+    if (s)
+        zmq_close(s);
+    if (m)
+        zmq_close(m);
+    if (!ok)
+        close_sub(src, l);
+    return ok;
 }
 
 bool kvr_source_endpoint_valid(kvr_source *src, const char *endpoint)
@@ -397,60 +246,69 @@ static bool copy_str(char *dst, size_t cap, const char *s)
     return true;
 }
 
+static void init_watches(kvr_listener *l)
+{
+    l->sub = (kvr_watch){.l = l, .fd = -1, .kind = KVR_WATCH_SUB};
+    l->mon = (kvr_watch){.l = l, .fd = -1, .kind = KVR_WATCH_MON};
+    l->dealer = (kvr_watch){.l = l, .fd = -1, .kind = KVR_WATCH_DEALER};
+    kvr_timer_init(&l->replay_timer);
+}
+
 int kvr_source_listen(kvr_source *src, kvr_worker *w, uint64_t worker_id, uint32_t rank,
                       const char *endpoint, const char *replay_endpoint, const char *topic)
 {
-    kvr_listener tmp;
-    memset(&tmp, 0, sizeof tmp);
-    if (!endpoint || !copy_str(tmp.endpoint, sizeof tmp.endpoint, endpoint) ||
-        !copy_str(tmp.replay_endpoint, sizeof tmp.replay_endpoint, replay_endpoint) ||
-        !copy_str(tmp.topic, sizeof tmp.topic, topic))
+    char ep[KVR_ENDPOINT_MAX], rep[KVR_ENDPOINT_MAX], tp[KVR_NAME_MAX];
+    if (!endpoint || !copy_str(ep, sizeof ep, endpoint) ||
+        !copy_str(rep, sizeof rep, replay_endpoint) || !copy_str(tp, sizeof tp, topic))
         return -1;
-    size_t idx;
-    kvr_listener *old = find_listener(src, w, rank, &idx);
-    if (old && strcmp(old->endpoint, tmp.endpoint) == 0 &&
-        strcmp(old->replay_endpoint, tmp.replay_endpoint) == 0 &&
-        strcmp(old->topic, tmp.topic) == 0)
+    kvr_listener *old = find_listener(src, w, rank);
+    if (old && strcmp(old->endpoint, ep) == 0 && strcmp(old->replay_endpoint, rep) == 0 &&
+        strcmp(old->topic, tp) == 0)
         return 0;
-    void *sub = open_sub(src, tmp.endpoint, tmp.topic);
-    if (!sub)
-        return -1;
     if (old) {
         /* New endpoint: a new publisher whose numbering starts over. Counters
          * stay so the operator keeps the history. */
+        kvr_listener keep = *old;
         kvr_listener_reset(src, old);
-        zmq_close(old->sub);
-        old->sub = sub;
-        memcpy(old->endpoint, tmp.endpoint, sizeof tmp.endpoint);
-        memcpy(old->replay_endpoint, tmp.replay_endpoint, sizeof tmp.replay_endpoint);
-        memcpy(old->topic, tmp.topic, sizeof tmp.topic);
-        old->state = KVR_LISTENER_CONNECTING;
-        src->items_dirty = true;
-        return 2;
-    }
-    if (src->n_ls == src->cap_ls) {
-        size_t cap = src->cap_ls ? src->cap_ls * 2 : 8;
-        kvr_listener **nl = realloc(src->ls, cap * sizeof *nl);
-        if (!nl) {
-            zmq_close(sub);
+        close_sub(src, old);
+        memcpy(old->endpoint, ep, sizeof ep);
+        memcpy(old->replay_endpoint, rep, sizeof rep);
+        memcpy(old->topic, tp, sizeof tp);
+        old->replay_failures = 0;
+        old->replay_backoff_until = 0;
+        old->replay_error[0] = 0;
+        if (!open_sub(src, old)) {
+            /* keep the old sockets' settings: nothing changed */
+            memcpy(old->endpoint, keep.endpoint, sizeof ep);
+            memcpy(old->replay_endpoint, keep.replay_endpoint, sizeof rep);
+            memcpy(old->topic, keep.topic, sizeof tp);
+            open_sub(src, old);
             return -1;
         }
-        src->ls = nl;
-        src->cap_ls = cap;
+        old->state = old->held ? KVR_LISTENER_HELD : KVR_LISTENER_CONNECTING;
+        return 2;
     }
-    kvr_listener *l = malloc(sizeof *l);
-    if (!l) {
-        zmq_close(sub);
+    if (KVR_GROW(src->ls, src->cap_ls, src->n_ls + 1) != 0)
+        return -1;
+    kvr_listener *l = calloc(1, sizeof *l);
+    if (!l || !kvr_timer_reserve(src, src->n_ls + 1)) {
+        free(l);
         return -1;
     }
-    *l = tmp;
+    memcpy(l->endpoint, ep, sizeof ep);
+    memcpy(l->replay_endpoint, rep, sizeof rep);
+    memcpy(l->topic, tp, sizeof tp);
     l->w = w;
     l->worker_id = worker_id;
     l->rank = rank;
-    l->sub = sub;
-    l->state = KVR_LISTENER_CONNECTING;
+    l->held = src->holding;
+    l->state = l->held ? KVR_LISTENER_HELD : KVR_LISTENER_CONNECTING;
+    init_watches(l);
+    if (!open_sub(src, l)) {
+        free(l);
+        return -1;
+    }
     src->ls[src->n_ls++] = l;
-    src->items_dirty = true;
     return 1;
 }
 
@@ -460,25 +318,21 @@ size_t kvr_source_unlisten(kvr_source *src, kvr_worker *w, uint32_t rank)
     for (size_t i = 0; i < src->n_ls;) {
         kvr_listener *l = src->ls[i];
         if (l->w == w && (rank == UINT32_MAX || l->rank == rank)) {
-            free_listener(l);
+            free_listener(src, l);
             src->ls[i] = src->ls[--src->n_ls];
             n++;
         } else {
             i++;
         }
     }
-    if (n)
-        src->items_dirty = true;
     return n;
 }
 
 void kvr_source_reset_cursors(kvr_source *src, kvr_worker *w)
 {
     for (size_t i = 0; i < src->n_ls; i++)
-        if (src->ls[i]->w == w) {
+        if (src->ls[i]->w == w)
             kvr_listener_reset(src, src->ls[i]);
-            src->items_dirty = true;
-        }
 }
 
 size_t kvr_source_count(kvr_source *src, kvr_worker *w)
@@ -490,6 +344,30 @@ size_t kvr_source_count(kvr_source *src, kvr_worker *w)
     return n;
 }
 
+static void listener_info(const kvr_listener *l, double now, kvr_listener_info *o)
+{
+    o->worker_id = l->worker_id;
+    o->dp_rank = l->rank;
+    memcpy(o->endpoint, l->endpoint, sizeof o->endpoint);
+    memcpy(o->replay_endpoint, l->replay_endpoint, sizeof o->replay_endpoint);
+    memcpy(o->topic, l->topic, sizeof o->topic);
+    o->state = l->state;
+    o->connected = l->connected;
+    o->has_seq = l->has_seq;
+    o->last_seq = l->last_seq;
+    /* during a hold nothing of the stream is applied yet */
+    o->has_cursor = !l->held && l->has_next && l->next > 0;
+    o->cursor = o->has_cursor ? l->next - 1 : 0;
+    o->has_digest = o->has_cursor && l->has_digest;
+    o->cursor_digest = o->has_digest ? l->last_digest : 0;
+    o->seconds_since_last_event = l->last_event_time > 0 ? now - l->last_event_time : -1;
+    o->replay_state = kvr_replay_state_of(l, now);
+    o->replay_backoff_s = o->replay_state == KVR_REPLAY_BACKOFF ? l->replay_backoff_until - now : 0;
+    o->replay_failures = l->replay_failures;
+    memcpy(o->replay_error, l->replay_error, sizeof o->replay_error);
+    o->c = l->c;
+}
+
 size_t kvr_source_listeners(kvr_source *src, kvr_worker *w, kvr_listener_info *out, size_t cap)
 {
     size_t n = 0;
@@ -498,20 +376,33 @@ size_t kvr_source_listeners(kvr_source *src, kvr_worker *w, kvr_listener_info *o
         kvr_listener *l = src->ls[i];
         if (w && l->w != w)
             continue;
-        if (n < cap) {
-            kvr_listener_info *o = &out[n];
-            o->worker_id = l->worker_id;
-            o->dp_rank = l->rank;
-            memcpy(o->endpoint, l->endpoint, sizeof o->endpoint);
-            memcpy(o->replay_endpoint, l->replay_endpoint, sizeof o->replay_endpoint);
-            memcpy(o->topic, l->topic, sizeof o->topic);
-            o->state = l->state;
-            o->has_seq = l->has_seq;
-            o->last_seq = l->last_seq;
-            o->seconds_since_last_event = l->last_event_time > 0 ? now - l->last_event_time : -1;
-            o->c = l->c;
-        }
+        if (n < cap)
+            listener_info(l, now, &out[n]);
         n++;
     }
     return n;
+}
+
+void kvr_source_hold(kvr_source *src)
+{
+    src->holding = true;
+    for (size_t i = 0; i < src->n_ls; i++)
+        kvr_listener_hold(src, src->ls[i]);
+}
+
+bool kvr_source_release_one(kvr_source *src, kvr_worker *w, uint32_t rank, uint64_t cursor,
+                            const uint64_t *cursor_digest)
+{
+    kvr_listener *l = find_listener(src, w, rank);
+    if (!l || !l->held)
+        return false;
+    kvr_listener_release(src, l, true, cursor, cursor_digest);
+    return true;
+}
+
+void kvr_source_release(kvr_source *src)
+{
+    src->holding = false;
+    for (size_t i = 0; i < src->n_ls; i++)
+        kvr_listener_release(src, src->ls[i], false, 0, NULL);
 }

@@ -8,6 +8,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -51,7 +52,7 @@ typedef struct {
     char replay_endpoint[128];
     const char *topic;
     pthread_t thread;
-    volatile int stop;
+    _Atomic int stop;
     pthread_mutex_t mu;
     th_hist hist[TH_HISTORY];
     size_t n_hist;

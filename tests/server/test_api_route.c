@@ -63,7 +63,6 @@ static int setup(void **state)
     kvr_server_config cfg;
     kvr_server_config_default(&cfg);
     cfg.port = 0;
-    cfg.source.poll_ms = 5;
     cfg.router.rng_seed = 11;
     f->srv = th_server_start(&cfg, f->base, sizeof f->base);
     if (!f->srv)

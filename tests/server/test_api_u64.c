@@ -16,7 +16,6 @@ static kvr_server *start(char *base, size_t cap)
     kvr_server_config cfg;
     kvr_server_config_default(&cfg);
     cfg.port = 0;
-    cfg.source.poll_ms = 5;
     kvr_server *srv = th_server_start(&cfg, base, cap);
     assert_non_null(srv);
     return srv;

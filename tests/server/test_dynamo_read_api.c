@@ -22,7 +22,6 @@ static void start(srv_t *s)
     kvr_server_config cfg;
     kvr_server_config_default(&cfg);
     cfg.port = 0;
-    cfg.source.poll_ms = 5;
     s->srv = th_server_start(&cfg, s->base, sizeof s->base);
     assert_non_null(s->srv);
 }
@@ -218,9 +217,23 @@ static void test_listener_status_mapping(void **state)
     assert_int_equal(kvr_listener_status(&l[0], err, sizeof err), KVR_LSTATUS_PENDING);
     assert_string_equal(err, "");
     l[0].state = KVR_LISTENER_LIVE;
+    l[0].connected = l[1].connected = true;
     assert_int_equal(kvr_listener_status(&l[0], err, sizeof err), KVR_LSTATUS_ACTIVE);
     l[0].state = KVR_LISTENER_REPLAYING;
     assert_int_equal(kvr_listener_status(&l[0], err, sizeof err), KVR_LSTATUS_ACTIVE);
+    /* a failing replay endpoint leaves the live feed active, with the reason */
+    l[0].replay_state = KVR_REPLAY_BACKOFF;
+    snprintf(l[0].replay_endpoint, sizeof l[0].replay_endpoint, "tcp://h:1");
+    snprintf(l[0].replay_error, sizeof l[0].replay_error, "timeout");
+    assert_int_equal(kvr_listener_status(&l[0], err, sizeof err), KVR_LSTATUS_ACTIVE);
+    assert_string_equal(err, "replay endpoint tcp://h:1: timeout");
+    l[0].replay_state = KVR_REPLAY_OK;
+    /* the engine went away after it published: pending again */
+    l[0].connected = false;
+    assert_int_equal(kvr_listener_status(&l[0], err, sizeof err), KVR_LSTATUS_PENDING);
+    l[0].connected = true;
+    l[0].state = KVR_LISTENER_HELD;
+    assert_int_equal(kvr_listener_status(&l[0], err, sizeof err), KVR_LSTATUS_PENDING);
     for (int st = 0; st < KVR_LISTENER_STATE_COUNT; st++) {
         l[0].state = (kvr_listener_state)st;
         assert_true(is_status_name(kvr_lstatus_name(kvr_listener_status(&l[0], NULL, 0))));

@@ -17,7 +17,6 @@ static void test_message_over_limit_counted_listener_continues(void **state)
     kvr_server_config cfg;
     kvr_server_config_default(&cfg);
     cfg.port = 0;
-    cfg.source.poll_ms = 5;
     cfg.source.max_message_bytes = LIMIT;
     char base[64];
     kvr_server *srv = th_server_start(&cfg, base, sizeof base);

@@ -202,7 +202,6 @@ static void start(fixture *f, bool per_worker)
     kvr_server_config cfg;
     kvr_server_config_default(&cfg);
     cfg.port = 0;
-    cfg.source.poll_ms = 5;
     cfg.router.rng_seed = 7;
     cfg.metrics_per_worker = per_worker;
     f->srv = th_server_start(&cfg, f->base, sizeof f->base);

@@ -24,7 +24,6 @@ static void start(srv_t *s, size_t max_body, const char *const *peers, size_t n_
     cfg.peers = peers;
     cfg.n_peers = n_peers;
     cfg.workers_json = workers_json;
-    cfg.source.poll_ms = 5;
     s->srv = th_server_start(&cfg, s->base, sizeof s->base);
     assert_non_null(s->srv);
 }

@@ -23,7 +23,6 @@ static int setup_with(void **state, uint32_t replay_timeout_ms)
     kvr_server_config_default(&cfg);
     cfg.port = 0;
     cfg.source.replay_timeout_ms = replay_timeout_ms;
-    cfg.source.poll_ms = 5;
     f->srv = th_server_start(&cfg, f->base, sizeof f->base);
     if (!f->srv)
         return -1;
@@ -335,7 +334,9 @@ static void test_replay_starting_later_clears(void **state)
     th_engine_stop(&e);
 }
 
-static void test_replay_timeout_clears(void **state)
+/* An endpoint that never answers costs a timeout, not the rank (SPEC §2's
+ * no-replay rule): the gap is counted and what was indexed stays. */
+static void test_replay_timeout_counts_loss(void **state)
 {
     fixture *f = *state;
     th_engine e;
@@ -350,9 +351,11 @@ static void test_replay_timeout_clears(void **state)
     assert_int_equal(th_wait_score(f->base, "m", old.local, 1, 32, 0, BS, WAIT), BS);
     send_store(&e, 5, &d, 0, 1, true);
     assert_int_equal(th_wait_counter(f->base, 32, "m", "replays_failed", 1, WAIT), 1);
-    /* The buffered live batch applies after the clear. */
+    /* The buffered live batch applies; seq 1..4 are counted lost. */
     assert_int_equal(th_wait_score(f->base, "m", d.local, 1, 32, 0, BS, WAIT), BS);
-    assert_int_equal(th_score(f->base, "m", old.local, 1, 32, 0), -1);
+    assert_int_equal(th_score(f->base, "m", old.local, 1, 32, 0), BS);
+    assert_int_equal(th_counter(f->base, 32, "m", "lost_batches"), 4);
+    assert_int_equal(th_counter(f->base, 32, "m", "rank_clears"), 0);
     th_engine_stop(&e);
 }
 
@@ -498,7 +501,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_gap_recovered_by_replay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replay_starting_later_clears, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_replay_timeout_clears, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replay_timeout_counts_loss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_first_message_replays_from_zero, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gap_without_replay_counts_loss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_engine_restart_clears, setup, teardown),
