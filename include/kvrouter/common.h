@@ -1,4 +1,29 @@
-/* Types shared by every layer of kvrouter: tiers, drop reasons, strings. */
+/* Types shared by every layer of kvrouter: tiers, drop reasons, strings;
+ * and the one error policy of the library.
+ *
+ * Errors are values. A call that can fail in more than one way returns a
+ * named enum whose every value is documented with the exact condition that
+ * produces it (kvr_reg_result, kvr_registry_result, kvr_listen_result,
+ * kvr_route_status, ...); a call that can only succeed or fail returns 0 /
+ * -1, a pointer or NULL, or a bool, and says which in its comment. No
+ * tri-state ints. A failed call leaves the state as it was before it: code
+ * that must allocate does so before it changes anything (see the
+ * registry's prepare step), or undoes what it did.
+ *
+ * Input from outside (wire bytes, HTTP bodies, config files, discovery
+ * answers) failing a check is not an error of the program: it is refused
+ * with a value that names the field (4xx, a usage error), or dropped and
+ * counted by reason, and it never touches indexed state.
+ *
+ * Out of memory: every allocation is checked and the failure is returned
+ * as a value (NO_MEMORY, -1, NULL, a 500/503 reply, a dropped event
+ * counted), never abort()ed. Sizes are checked for overflow before they
+ * are multiplied (util/grow.h for arrays that grow).
+ *
+ * What has no caller to return to (the ingest thread, a background poll)
+ * logs through kvr_log (log.h), rate-limited when an engine can repeat it,
+ * and counts it; a failure returned to a caller is not also logged by the
+ * library. A broken internal invariant is a bug, not an error value. */
 #ifndef KVROUTER_COMMON_H
 #define KVROUTER_COMMON_H
 

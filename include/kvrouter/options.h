@@ -93,6 +93,11 @@ int kvr_opt_defaults(const kvr_option *rows, size_t n, void *target, char *err, 
  * text. 0, or -1 with err naming the variable. */
 int kvr_opt_env(const kvr_option *rows, size_t n, void *target, char *err, size_t cap);
 
+/* Whether the row's field is the same in targets a and b (strings by
+ * content, NULL == NULL). CUSTOM rows have no field: always true, their
+ * owner compares them. */
+bool kvr_opt_same(const kvr_option *o, const void *a, const void *b);
+
 /* Command line: if argv[*i] is a flag of one of the tables, applies it
  * (with its value argv[*i + 1] unless NO_VALUE; "--name=value" works too),
  * advances *i past it and returns 1; 0 when no table has it; -1 with err

@@ -59,6 +59,21 @@ kvr_server *kvr_server_start(const kvr_server_config *cfg, char *err, size_t err
 int kvr_server_port(const kvr_server *srv);
 void kvr_server_stop(kvr_server *srv);
 
+/* Applies the reloadable part of cfg to a running server (SIGHUP): the
+ * worker limit (registry.max_workers; workers above a lowered limit stay),
+ * the access log reopened at its path, then every reload hook in the order
+ * added. Workers are the registry's (kvr_registry_sync with the config
+ * file's origin); the listen address, threads, body limit and the rest need
+ * a restart. 0, or -1 with err naming what failed (what came before it
+ * stays applied). */
+int kvr_server_reload(kvr_server *srv, const kvr_server_config *cfg, char *err, size_t err_len);
+
+/* A setting a later layer owns (the auth token file, ...) re-read on reload:
+ * 0, or -1 with err. Add hooks before the first reload; at most 8. */
+typedef int (*kvr_server_reload_fn)(kvr_server *srv, const kvr_server_config *cfg, void *user,
+                                    char *err, size_t err_len);
+int kvr_server_add_reload_hook(kvr_server *srv, kvr_server_reload_fn fn, void *user);
+
 /* Reopens the access log at its path (after logrotate renamed the file).
  * 0 (also with no access log), or -1 with err (the old file stays in use). */
 int kvr_server_reopen_logs(kvr_server *srv, char *err, size_t err_len);

@@ -162,11 +162,19 @@ void kvr_source_destroy(kvr_source *src);
 typedef void (*kvr_source_fn)(kvr_source *src, void *arg);
 int kvr_source_run(kvr_source *src, kvr_source_fn fn, void *arg);
 
+typedef enum {
+    KVR_LISTEN_CREATED = 0, /* a new listener for (w, rank) */
+    KVR_LISTEN_UNCHANGED,   /* same endpoint, replay endpoint and topic: untouched */
+    KVR_LISTEN_RESTARTED,   /* one of them changed: reconnected, cursor reset, counters kept */
+    KVR_LISTEN_FAILED       /* a string too long, a socket that cannot connect, or no
+                               memory: nothing changed */
+} kvr_listen_result;
+
 /* Inside kvr_source_run. Starts (or, when endpoint/topic/replay changed,
- * restarts) the listener of (w, rank). Returns 1 created, 0 unchanged,
- * 2 restarted, -1 on error (bad endpoint: nothing changed). */
-int kvr_source_listen(kvr_source *src, kvr_worker *w, uint64_t worker_id, uint32_t rank,
-                      const char *endpoint, const char *replay_endpoint, const char *topic);
+ * restarts) the listener of (w, rank). */
+kvr_listen_result kvr_source_listen(kvr_source *src, kvr_worker *w, uint64_t worker_id,
+                                    uint32_t rank, const char *endpoint,
+                                    const char *replay_endpoint, const char *topic);
 /* Whether a ZeroMQ socket can connect to endpoint (syntax, transport);
  * lets callers reject a registration before changing anything. */
 bool kvr_source_endpoint_valid(kvr_source *src, const char *endpoint);

@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "util/grow.h"
 #include "cli/decode_bench.h"
 #include "cli/decode_json.h"
 #include "kvrouter/wire.h"
@@ -76,11 +77,10 @@ static unsigned char *read_all(FILE *f, size_t *len)
             free(buf);
             return NULL;
         }
-        unsigned char *nb = realloc(buf, cap * 2);
-        if (!nb)
+        if (kvr_grow((void **)&buf, &cap, cap + 1, 1, 4096) != 0) {
             free(buf);
-        buf = nb;
-        cap *= 2;
+            return NULL;
+        }
     }
     if (buf && ferror(f)) {
         free(buf);

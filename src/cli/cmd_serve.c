@@ -1,7 +1,7 @@
 /* kvrouter serve: the router service. Settings come from one option table
  * (serve_options.c: flags, --config keys, --help); --workers and the config
- * file's workers go to the registry as registrations; SIGINT/SIGTERM stop
- * it. */
+ * file's workers go to the registry as registrations; SIGHUP reloads
+ * (serve_reload.c); SIGINT/SIGTERM stop it. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -35,12 +35,13 @@ int kvr_cmd_serve(int argc, char **argv)
     s.server.workers = s.regs;
     s.server.n_workers = s.n_regs;
 
-    /* Block the stop signals in every thread the server starts; this thread
-     * waits for them. */
+    /* Block the signals in every thread the server starts; this thread
+     * waits for them: SIGHUP reloads, SIGINT/SIGTERM stop. */
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
     kvr_server *srv = kvr_server_start(&s.server, err, sizeof err);
@@ -53,7 +54,11 @@ int kvr_cmd_serve(int argc, char **argv)
            s.server.listen_addr, kvr_server_port(srv), s.n_regs);
     fflush(stdout);
     int sig = 0;
-    sigwait(&set, &sig);
+    while (sigwait(&set, &sig) == 0 && sig == SIGHUP) {
+        kvr_log(KVR_LOG_INFO, "SIGHUP received, reloading%s%s", s.config_path ? " " : "",
+                s.config_path ? s.config_path : "");
+        serve_reload(srv, &s, argc, argv);
+    }
     kvr_log(KVR_LOG_INFO, "%s received, stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
     kvr_server_stop(srv);
     serve_settings_free(&s);

@@ -226,11 +226,12 @@ static const kvr_option serve_rows[] = {
     NUM("replay_buffer_total_bytes", KVR_OPT_U64, server.source.max_buffered_total_bytes, 1,
         U64_MAX_D, "BYTES", "bytes held over every listener"),
     NUM("max_workers", KVR_OPT_SIZE, server.registry.max_workers, 0, U64_MAX_D, "N",
-        "registered workers at most (0 = unlimited); more get 503 naming max_workers"),
+        "registered workers at most (0 = unlimited); more get 503 naming max_workers",
+        .flags = KVR_OPT_RELOAD),
     CUSTOM("workers", "SPEC",
            "id[:rank]=tcp://host:port[,...] (needs block_size); in a config file an array of "
            "/register objects",
-           set_workers_spec, set_workers_json),
+           set_workers_spec, set_workers_json, .flags = KVR_OPT_RELOAD),
     STR("model_name", model_name, "M", "model of --workers, and of config workers naming none",
         .def = "default"),
     NUM("block_size", KVR_OPT_U32, block_size, 1, KVR_MAX_BLOCK_SIZE, "B",
@@ -245,7 +246,7 @@ static const kvr_option serve_rows[] = {
         .env = "DYN_ROUTER_MIN_INITIAL_WORKERS"),
     STR("access_log", server.access_log, "FILE",
         "append one JSON line per request (time, method, path, status, duration_s, bytes, "
-        "remote); POST /reopen_logs reopens it"),
+        "remote); POST /reopen_logs or SIGHUP reopens it"),
     STR("trace_id_header", server.trace_id_header, "NAME",
         "request header copied into each access-log line's trace_id", .def = "x-trace-id"),
     CUSTOM("peers", "URL,...", "load these peers' /dump before live events", set_peers,
@@ -253,21 +254,28 @@ static const kvr_option serve_rows[] = {
     CUSTOM("router_opt", "KEY=VALUE", "router setting (repeatable); keys below", set_router_opt,
            NULL, .flags = KVR_OPT_NO_CONFIG),
     CUSTOM("router", NULL, "object of router settings (keys below)", NULL, set_router_json,
-           .flags = KVR_OPT_NO_CLI | KVR_OPT_RELOAD),
+           .flags = KVR_OPT_NO_CLI),
     {.name = "metrics_per_worker", .type = KVR_OPT_BOOL, .offset = S(server.metrics_per_worker),
      .help = "/metrics also writes every kvr_worker_* family (about 40 series per worker)",
      .flags = KVR_OPT_NO_VALUE},
     {.name = "log_format", .type = KVR_OPT_CHOICE, .offset = S(log_format),
-     .choices = log_formats, .def = "text", .help = "stderr lines: text, or one JSON object each"},
+     .choices = log_formats, .def = "text", .help = "stderr lines: text, or one JSON object each",
+     .flags = KVR_OPT_RELOAD},
     {.name = "log_level", .type = KVR_OPT_CHOICE, .offset = S(log_level), .choices = log_levels,
-     .def = "info", .help = "least severe level logged"},
-    STR("config", config_path, "FILE", "JSON object of the keys below",
+     .def = "info", .help = "least severe level logged", .flags = KVR_OPT_RELOAD},
+    STR("config", config_path, "FILE", "JSON object of the keys below; SIGHUP reloads it",
         .flags = KVR_OPT_NO_CONFIG),
     {.name = "help", .type = KVR_OPT_BOOL, .offset = S(help), .help = "this text",
      .flags = KVR_OPT_NO_CONFIG | KVR_OPT_NO_VALUE},
 };
 #define N_ROWS (sizeof serve_rows / sizeof serve_rows[0])
 static const kvr_option *rows(void) { return serve_rows; }
+
+const kvr_option *serve_option_rows(size_t *n)
+{
+    *n = N_ROWS;
+    return serve_rows;
+}
 
 static int load_file(serve_settings *s, const char *path, char *err, size_t cap)
 {

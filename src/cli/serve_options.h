@@ -44,6 +44,14 @@ int serve_settings_load(serve_settings *s, int argc, char **argv, int first, cha
  * from the settings when they lack them. They point into s. */
 int serve_settings_workers(serve_settings *s, char *err, size_t cap);
 void serve_settings_free(serve_settings *s);
+/* The table (rows flagged KVR_OPT_RELOAD apply on SIGHUP). */
+const kvr_option *serve_option_rows(size_t *n);
+/* serve_reload.c: SIGHUP. Loads the settings again (file, environment,
+ * argv); on success applies what can change while running (the config
+ * file's workers through kvr_registry_sync, the worker limit, log level and
+ * format, the access log reopened) and makes *cur the new settings; logs
+ * what needs a restart. A bad file changes nothing and logs why. 0 / -1. */
+int serve_reload(kvr_server *srv, serve_settings *cur, int argc, char **argv);
 void serve_settings_help(FILE *out);
 
 #endif

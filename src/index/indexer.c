@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kvrouter/hash.h"
+#include "util/grow.h"
 
 static const char *const reg_names[] = {
     [KVR_REG_CREATED] = "created",
@@ -177,14 +178,8 @@ static kvr_worker *group_worker(kvr_group *g, uint64_t worker_id)
 
 static kvr_worker *worker_new(kvr_group *g, uint64_t worker_id, const kvr_worker_conf *c)
 {
-    if (g->n_workers == g->cap_workers) {
-        size_t cap = g->cap_workers ? g->cap_workers * 2 : 8;
-        kvr_worker **nw = realloc(g->workers, cap * sizeof(*nw));
-        if (!nw)
-            return NULL;
-        g->workers = nw;
-        g->cap_workers = cap;
-    }
+    if (KVR_GROW(g->workers, g->cap_workers, g->n_workers + 1) != 0)
+        return NULL;
     kvr_worker *w = calloc(1, sizeof(*w));
     if (!w)
         return NULL;

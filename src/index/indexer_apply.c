@@ -3,6 +3,7 @@
 #include "index/indexer_internal.h"
 
 #include "kvrouter/log.h"
+#include "util/grow.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -58,14 +59,7 @@ kvr_rank_state *kvr_ix_rank_get(kvr_worker *w, uint32_t rank, bool create)
     if (at < w->n_ranks && w->ranks[at]->rank == rank)
         found = w->ranks[at];
     if (!found && create && w->n_ranks < KVR_MAX_DP_RANKS) {
-        if (w->n_ranks == w->cap_ranks) {
-            size_t cap = w->cap_ranks ? w->cap_ranks * 2 : 4;
-            kvr_rank_state **nr = realloc(w->ranks, cap * sizeof(*nr));
-            if (nr) {
-                w->ranks = nr;
-                w->cap_ranks = cap;
-            }
-        }
+        kvr_grow((void **)&w->ranks, &w->cap_ranks, w->n_ranks + 1, sizeof *w->ranks, 4);
         if (w->n_ranks < w->cap_ranks) {
             found = kvr_ix_rank_create(w, rank);
             if (found) {
@@ -115,17 +109,7 @@ void kvr_ix_worker_drop_state(kvr_worker *w)
 
 static bool ensure_local(kvr_rank_state *r, size_t n)
 {
-    if (n <= r->local_cap)
-        return true;
-    size_t cap = r->local_cap ? r->local_cap : 64;
-    while (cap < n)
-        cap *= 2;
-    uint64_t *nl = realloc(r->local, cap * sizeof(*nl));
-    if (!nl)
-        return false;
-    r->local = nl;
-    r->local_cap = cap;
-    return true;
+    return kvr_grow((void **)&r->local, &r->local_cap, n, sizeof *r->local, 64) == 0;
 }
 
 static void count_drop(kvr_rank_state *r, kvr_drop_reason reason)

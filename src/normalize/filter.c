@@ -1,6 +1,6 @@
 #include "normalize/filter.h"
 
-#include <time.h>
+#include "util/clock.h"
 
 /* Values of group_kinds; 0 is never stored so a miss is unambiguous. */
 #define GROUP_MAIN 1u
@@ -77,9 +77,7 @@ kvr_drop_reason kvr_norm_filter_check(kvr_norm_filter *f, const kvr_raw_event *e
 
 bool kvr_norm_filter_mismatch_warn_due(kvr_norm_filter *f)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    double now = kvr_clock_mono();
     if (f->mismatch_warned && now - f->last_mismatch_warn < KVR_MISMATCH_WARN_INTERVAL_S)
         return false;
     f->mismatch_warned = true;

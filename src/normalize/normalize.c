@@ -13,6 +13,7 @@
 #include "normalize/dupcheck.h"
 #include "normalize/filter.h"
 #include "util/blocks.h"
+#include "util/grow.h"
 #include "util/u64map.h"
 
 struct kvr_normalizer {
@@ -187,17 +188,7 @@ static void empty_removal(kvr_norm_event *out)
 
 static bool grow(void **buf, size_t *cap, size_t need, size_t elem)
 {
-    if (need <= *cap)
-        return true;
-    size_t c = *cap ? *cap : 256;
-    while (c < need)
-        c *= 2;
-    void *p = realloc(*buf, c * elem);
-    if (!p)
-        return false;
-    *buf = p;
-    *cap = c;
-    return true;
+    return kvr_grow(buf, cap, need, elem, 256) == 0;
 }
 
 /* Narrows u64 tokens into the scratch buffer. Returns the position of the

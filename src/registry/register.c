@@ -91,7 +91,8 @@ static kvr_registry_result check(const kvr_registration *reg, kvr_registry_reply
         !endpoint_syntax_ok(reg->endpoint))
         return bad_endpoint(out, "endpoint", reg->endpoint);
     const char *re = reg->replay_endpoint;
-    if (re && re[0] && (strnlen(re, KVR_ENDPOINT_MAX) >= KVR_ENDPOINT_MAX || !endpoint_syntax_ok(re)))
+    if (re && re[0] &&
+        (strnlen(re, KVR_ENDPOINT_MAX) >= KVR_ENDPOINT_MAX || !endpoint_syntax_ok(re)))
         return bad_endpoint(out, "replay_endpoint", re);
     return KVR_REGISTRY_CREATED;
 }
@@ -175,15 +176,15 @@ static void prep_free(reg_prep *p)
     reg_worker_free(p->fresh);
 }
 
-static kvr_registry_result summarize(kvr_reg_result res, int listen_rc)
+static kvr_registry_result summarize(kvr_reg_result res, kvr_listen_result lr)
 {
-    if (listen_rc == 1)
+    if (lr == KVR_LISTEN_CREATED)
         return KVR_REGISTRY_CREATED;
     if (res == KVR_REG_RESET)
         return KVR_REGISTRY_RESET;
     if (res == KVR_REG_UPDATED)
         return KVR_REGISTRY_UPDATED;
-    return listen_rc == 2 ? KVR_REGISTRY_LISTENER_RESTARTED : KVR_REGISTRY_UNCHANGED;
+    return lr == KVR_LISTEN_RESTARTED ? KVR_REGISTRY_LISTENER_RESTARTED : KVR_REGISTRY_UNCHANGED;
 }
 
 /* Under r->mu: the records take the registration's text. Returns the rank
@@ -266,9 +267,9 @@ static void do_register(kvr_source *src, void *arg)
     }
     if (res == KVR_REG_RESET)
         kvr_source_reset_cursors(src, w);
-    int lrc = kvr_source_listen(src, w, s->worker_id, reg->dp_rank, reg->endpoint, replay,
-                                or_empty(reg->topic));
-    if (lrc < 0) {
+    kvr_listen_result lrc = kvr_source_listen(src, w, s->worker_id, reg->dp_rank,
+                                              reg->endpoint, replay, or_empty(reg->topic));
+    if (lrc == KVR_LISTEN_FAILED) {
         if (!rw && kvr_source_count(src, w) == 0)
             kvr_indexer_unregister(ix, w); /* nothing half-registered stays behind */
         fail(out, KVR_REGISTRY_INVALID, "endpoint",
@@ -283,7 +284,7 @@ static void do_register(kvr_source *src, void *arg)
     }
     out->result = summarize(res, lrc);
     out->reset = res == KVR_REG_RESET;
-    out->listener_restarted = lrc == 2;
+    out->listener_restarted = lrc == KVR_LISTEN_RESTARTED;
     kvr_worker_caps caps;
     kvr_worker_caps_get(ix, w, &caps);
     out->mm_identity = caps.mm_identity;
@@ -300,7 +301,7 @@ static void do_register(kvr_source *src, void *arg)
      * worker's other ranks when the worker's settings changed under them. */
     bool settings_changed = res == KVR_REG_RESET || res == KVR_REG_UPDATED;
     kvr_registration v;
-    if (was_new || settings_changed || lrc == 2 || origin_changed) {
+    if (was_new || settings_changed || lrc == KVR_LISTEN_RESTARTED || origin_changed) {
         reg_view(rw, rk, &v);
         reg_notify(r, was_new ? KVR_REG_EVENT_ADDED : KVR_REG_EVENT_CHANGED, out->result, &v);
     }

@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "route/internal.h"
+#include "util/grow.h"
 #include "util/rng.h"
 
 /* kvr_router_config_default and kvr_router_config_set: router_options.c. */
@@ -106,17 +107,7 @@ void route_scratch_release(kvr_router *r, route_scratch *s)
 
 int route_grow(void **buf, size_t *cap, size_t need, size_t elt)
 {
-    if (need <= *cap)
-        return 0;
-    size_t ncap = *cap ? *cap : 16;
-    while (ncap < need)
-        ncap *= 2;
-    void *p = realloc(*buf, ncap * elt);
-    if (!p)
-        return -1;
-    *buf = p;
-    *cap = ncap;
-    return 0;
+    return kvr_grow(buf, cap, need, elt, 16);
 }
 
 uint64_t route_rng_next(kvr_router *r)

@@ -11,7 +11,7 @@
 
 #define ROW(field, ty, lo, hi, dflt, text)                                                 \
     {.name = #field, .type = ty, .offset = offsetof(kvr_router_config, field), .min = lo,   \
-     .max = hi, .def = dflt, .help = text, .flags = KVR_OPT_RELOAD}
+     .max = hi, .def = dflt, .help = text}
 
 static const kvr_option router_rows[] = {
     ROW(overlap_score_credit, KVR_OPT_DOUBLE, 0, HUGE_VAL, "1.0",

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "server/metrics.h"
+#include "util/clock.h"
 
 /* Counters of a list whose names start with prefix are one family, split by
  * a label whose value is the rest of the name. */
@@ -193,13 +194,6 @@ static void counter_lists(kvr_metrics_ctx *m)
     free(rows);
 }
 
-static double realtime_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* Listeners by status (Dynamo's words, as in /workers), replays in
  * progress, and when events last arrived: the newest over the fleet, the
  * stalest listener's, and per (worker, rank). */
@@ -207,7 +201,7 @@ static void listener_families(kvr_metrics_ctx *m)
 {
     const kvr_workers_snapshot *s = m->s;
     uint64_t by_status[KVR_LSTATUS_COUNT] = {0}, replaying = 0;
-    double now = realtime_now(), newest = -1, stalest = -1;
+    double now = kvr_clock_wall(), newest = -1, stalest = -1;
     for (size_t k = 0; k < s->n_listeners; k++) {
         const kvr_listener_info *l = &s->listeners[k];
         by_status[kvr_listener_status(l, NULL, 0)]++;

@@ -112,13 +112,13 @@ void kvr_api_register(kvr_server *srv, json_t *body, kvr_api_reply *reply)
     const kvr_worker_settings *s = &reg.settings;
     reply->status = kvr_api_registry_status(res);
     /* Dynamo's client reads "status": "ok"; what happened is "result". */
-    reply->body = json_pack(
-        "{s:s,s:s,s:o,s:I,s:s,s:s,s:I,s:s,s:b,s:b,s:b}", "status", "ok", "result",
-        kvr_registry_result_name(res), "instance_id", kvr_json_u64_num(s->worker_id), "dp_rank", (json_int_t)reg.dp_rank,
-        "model_name", s->model_name, "routing_group", s->routing_group, "block_size",
-        (json_int_t)s->block_size, "mm_identity", kvr_mm_identity_name(out.mm_identity),
-        "accepts_mm_hashes", out.accepts_mm_hashes, "is_eagle", out.is_eagle, "reset",
-        out.reset);
+    reply->body = json_pack("{s:s,s:s,s:o,s:I,s:s,s:s,s:I,s:s,s:b,s:b,s:b}", "status", "ok",
+                            "result", kvr_registry_result_name(res), "instance_id",
+                            kvr_json_u64_num(s->worker_id), "dp_rank", (json_int_t)reg.dp_rank,
+                            "model_name", s->model_name, "routing_group", s->routing_group,
+                            "block_size", (json_int_t)s->block_size, "mm_identity",
+                            kvr_mm_identity_name(out.mm_identity), "accepts_mm_hashes",
+                            out.accepts_mm_hashes, "is_eagle", out.is_eagle, "reset", out.reset);
     if (out.reset)
         json_object_set_new(reply->body, "message",
                             json_string("settings changed (block size, mm_identity, eagle or "

@@ -8,6 +8,7 @@
 #include "kvrouter/log.h"
 #include "server/json_util.h"
 #include "server/server_internal.h"
+#include "util/grow.h"
 
 #define KVR_DUMP_MAX_BYTES (4ull << 30)
 
@@ -150,16 +151,8 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *user)
         b->too_big = true;
         return 0;
     }
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 65536;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *nd = realloc(b->data, cap);
-        if (!nd)
-            return 0;
-        b->data = nd;
-        b->cap = cap;
-    }
+    if (kvr_grow((void **)&b->data, &b->cap, b->len + n + 1, 1, 65536) != 0)
+        return 0;
     memcpy(b->data + b->len, ptr, n);
     b->len += n;
     b->data[b->len] = 0;

@@ -129,7 +129,8 @@ static enum MHD_Result send_reply(struct MHD_Connection *conn, kvr_api_reply *re
     }
     reply->text = NULL;
     *bytes = text ? strlen(text) : 0;
-    struct MHD_Response *resp = MHD_create_response_from_buffer(*bytes, text, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(*bytes, text, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(text);
         return MHD_NO;

@@ -18,6 +18,7 @@
  * object key, say) fails the detour, and the original text goes to
  * jansson, which gives the exact error. */
 #include "server/json_body.h"
+#include "util/grow.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -111,15 +112,10 @@ static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\
 
 static inline bool push_val(fast_state *st, json_int_t v)
 {
-    if (st->n_vals == st->cap_vals) {
-        size_t cap = st->cap_vals ? st->cap_vals * 2 : 4096;
-        json_int_t *nv = realloc(st->vals, cap * sizeof *nv);
-        if (!nv) {
-            st->oom = true;
-            return false;
-        }
-        st->vals = nv;
-        st->cap_vals = cap;
+    if (st->n_vals == st->cap_vals &&
+        kvr_grow((void **)&st->vals, &st->cap_vals, st->n_vals + 1, sizeof *st->vals, 4096) != 0) {
+        st->oom = true;
+        return false;
     }
     st->vals[st->n_vals++] = v;
     return true;
@@ -127,15 +123,10 @@ static inline bool push_val(fast_state *st, json_int_t v)
 
 static bool push_span(fast_state *st, span s)
 {
-    if (st->n_spans == st->cap_spans) {
-        size_t cap = st->cap_spans ? st->cap_spans * 2 : 4;
-        span *ns = realloc(st->spans, cap * sizeof *ns);
-        if (!ns) {
-            st->oom = true;
-            return false;
-        }
-        st->spans = ns;
-        st->cap_spans = cap;
+    if (st->n_spans == st->cap_spans &&
+        kvr_grow((void **)&st->spans, &st->cap_spans, st->n_spans + 1, sizeof *st->spans, 4) != 0) {
+        st->oom = true;
+        return false;
     }
     st->spans[st->n_spans++] = s;
     return true;

@@ -8,9 +8,8 @@
 #include "kvrouter/log.h"
 #include "server/access_log.h"
 #include "server/server_internal.h"
+#include "util/grow.h"
 
-/* dump_load.c */
-long kvr_server_fetch_peer(kvr_server *srv, const char *base_url, char *err, size_t err_len);
 
 kvr_indexer *kvr_server_indexer(kvr_server *srv) { return srv->ix; }
 struct kvr_router *kvr_server_router(kvr_server *srv) { return srv->router; }
@@ -32,17 +31,10 @@ void kvr_sbuf_append(kvr_sbuf *b, const char *s, size_t n)
 {
     if (b->failed)
         return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *nd = realloc(b->data, cap);
-        if (!nd) {
-            b->failed = true;
-            return;
-        }
-        b->data = nd;
-        b->cap = cap;
+    if (n > SIZE_MAX - b->len - 1 ||
+        kvr_grow((void **)&b->data, &b->cap, b->len + n + 1, 1, 4096) != 0) {
+        b->failed = true;
+        return;
     }
     memcpy(b->data + b->len, s, n);
     b->len += n;
@@ -204,6 +196,31 @@ void kvr_api_reopen_logs(kvr_server *srv, json_t *body, kvr_api_reply *reply)
     }
     reply->status = 200;
     reply->body = json_pack("{s:s,s:b}", "status", "ok", "access_log", srv->access_log != NULL);
+}
+
+/* ---- reload (SIGHUP) ----------------------------------------------------- */
+
+int kvr_server_add_reload_hook(kvr_server *srv, kvr_server_reload_fn fn, void *user)
+{
+    size_t cap = sizeof srv->reload_hooks / sizeof srv->reload_hooks[0];
+    if (!fn || srv->n_reload_hooks == cap)
+        return -1;
+    srv->reload_hooks[srv->n_reload_hooks].fn = fn;
+    srv->reload_hooks[srv->n_reload_hooks++].user = user;
+    return 0;
+}
+
+int kvr_server_reload(kvr_server *srv, const kvr_server_config *cfg, char *err, size_t err_len)
+{
+    if (err_len)
+        err[0] = 0;
+    kvr_registry_set_max_workers(srv->registry, cfg->registry.max_workers);
+    if (kvr_server_reopen_logs(srv, err, err_len) != 0)
+        return -1;
+    for (size_t i = 0; i < srv->n_reload_hooks; i++)
+        if (srv->reload_hooks[i].fn(srv, cfg, srv->reload_hooks[i].user, err, err_len) != 0)
+            return -1;
+    return 0;
 }
 
 static bool is_loopback(const char *addr)

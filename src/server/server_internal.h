@@ -74,6 +74,11 @@ struct kvr_server {
     char *trace_id_header;
     size_t min_initial_workers;
     _Atomic bool serving_all;          /* the initial-workers wait is over */
+    struct {
+        kvr_server_reload_fn fn;
+        void *user;
+    } reload_hooks[8];
+    size_t n_reload_hooks;
     _Atomic uint64_t requests_413, requests_404;
     _Atomic uint64_t dump_records_loaded;
     bool metrics_per_worker;
@@ -82,6 +87,10 @@ struct kvr_server {
 
 /* server.c: true once min_initial_workers are (or were) registered. */
 bool kvr_server_serving_all(kvr_server *srv);
+
+/* dump_load.c: GET base_url/dump and load it; the records applied, or -1
+ * with err. */
+long kvr_server_fetch_peer(kvr_server *srv, const char *base_url, char *err, size_t err_len);
 
 /* http.c */
 int kvr_http_start(kvr_server *srv, const char *addr, int port, unsigned threads, char *err,

@@ -254,17 +254,18 @@ static void init_watches(kvr_listener *l)
     kvr_timer_init(&l->replay_timer);
 }
 
-int kvr_source_listen(kvr_source *src, kvr_worker *w, uint64_t worker_id, uint32_t rank,
-                      const char *endpoint, const char *replay_endpoint, const char *topic)
+kvr_listen_result kvr_source_listen(kvr_source *src, kvr_worker *w, uint64_t worker_id,
+                                    uint32_t rank, const char *endpoint,
+                                    const char *replay_endpoint, const char *topic)
 {
     char ep[KVR_ENDPOINT_MAX], rep[KVR_ENDPOINT_MAX], tp[KVR_NAME_MAX];
     if (!endpoint || !copy_str(ep, sizeof ep, endpoint) ||
         !copy_str(rep, sizeof rep, replay_endpoint) || !copy_str(tp, sizeof tp, topic))
-        return -1;
+        return KVR_LISTEN_FAILED;
     kvr_listener *old = find_listener(src, w, rank);
     if (old && strcmp(old->endpoint, ep) == 0 && strcmp(old->replay_endpoint, rep) == 0 &&
         strcmp(old->topic, tp) == 0)
-        return 0;
+        return KVR_LISTEN_UNCHANGED;
     if (old) {
         /* New endpoint: a new publisher whose numbering starts over. Counters
          * stay so the operator keeps the history. */
@@ -283,17 +284,17 @@ int kvr_source_listen(kvr_source *src, kvr_worker *w, uint64_t worker_id, uint32
             memcpy(old->replay_endpoint, keep.replay_endpoint, sizeof rep);
             memcpy(old->topic, keep.topic, sizeof tp);
             open_sub(src, old);
-            return -1;
+            return KVR_LISTEN_FAILED;
         }
         old->state = old->held ? KVR_LISTENER_HELD : KVR_LISTENER_CONNECTING;
-        return 2;
+        return KVR_LISTEN_RESTARTED;
     }
     if (KVR_GROW(src->ls, src->cap_ls, src->n_ls + 1) != 0)
-        return -1;
+        return KVR_LISTEN_FAILED;
     kvr_listener *l = calloc(1, sizeof *l);
     if (!l || !kvr_timer_reserve(src, src->n_ls + 1)) {
         free(l);
-        return -1;
+        return KVR_LISTEN_FAILED;
     }
     memcpy(l->endpoint, ep, sizeof ep);
     memcpy(l->replay_endpoint, rep, sizeof rep);
@@ -306,10 +307,10 @@ int kvr_source_listen(kvr_source *src, kvr_worker *w, uint64_t worker_id, uint32
     init_watches(l);
     if (!open_sub(src, l)) {
         free(l);
-        return -1;
+        return KVR_LISTEN_FAILED;
     }
     src->ls[src->n_ls++] = l;
-    return 1;
+    return KVR_LISTEN_CREATED;
 }
 
 size_t kvr_source_unlisten(kvr_source *src, kvr_worker *w, uint32_t rank)

@@ -6,19 +6,17 @@
 
 #include <time.h>
 
-static inline double kvr_clock_mono(void)
+/* Seconds on any POSIX clock (CPU-time clocks too). */
+static inline double kvr_clock_seconds(clockid_t clock)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+static inline double kvr_clock_mono(void) { return kvr_clock_seconds(CLOCK_MONOTONIC); }
+
 /* Seconds since the Unix epoch. */
-static inline double kvr_clock_wall(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+static inline double kvr_clock_wall(void) { return kvr_clock_seconds(CLOCK_REALTIME); }
 
 #endif

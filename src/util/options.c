@@ -304,6 +304,26 @@ int kvr_opt_env(const kvr_option *rows, size_t n, void *target, char *err, size_
     return 0;
 }
 
+bool kvr_opt_same(const kvr_option *o, const void *a, const void *b)
+{
+    const void *fa = (const char *)a + o->offset, *fb = (const char *)b + o->offset;
+    switch (o->type) {
+    case KVR_OPT_BOOL: return *(const bool *)fa == *(const bool *)fb;
+    case KVR_OPT_INT:
+    case KVR_OPT_CHOICE: return *(const int *)fa == *(const int *)fb;
+    case KVR_OPT_U32: return *(const uint32_t *)fa == *(const uint32_t *)fb;
+    case KVR_OPT_U64: return *(const uint64_t *)fa == *(const uint64_t *)fb;
+    case KVR_OPT_SIZE: return *(const size_t *)fa == *(const size_t *)fb;
+    case KVR_OPT_DOUBLE: return *(const double *)fa == *(const double *)fb;
+    case KVR_OPT_STRING: {
+        const char *x = *(const char *const *)fa, *y = *(const char *const *)fb;
+        return x == y || (x && y && strcmp(x, y) == 0);
+    }
+    case KVR_OPT_CUSTOM: return true;
+    }
+    return true;
+}
+
 static const kvr_option *find_in(const kvr_opt_table *tables, size_t n_tables, const char *name,
                                  const kvr_opt_table **which)
 {

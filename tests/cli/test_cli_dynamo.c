@@ -5,75 +5,10 @@
  * DYN_ROUTER_MIN_INITIAL_WORKERS from the environment. */
 #include "test_support.h"
 
-#include <signal.h>
-#include <sys/wait.h>
-
 #include "../server/net_helpers.h"
+#include "child.h"
 
 #define WAIT 10000
-
-typedef struct {
-    pid_t pid;
-    FILE *out, *err; /* child's stdout, stderr */
-} child_t;
-
-static void spawn(child_t *c, char *const argv[])
-{
-    int o[2], e[2];
-    assert_int_equal(pipe(o), 0);
-    assert_int_equal(pipe(e), 0);
-    c->pid = fork();
-    assert_true(c->pid >= 0);
-    if (c->pid == 0) {
-        dup2(o[1], 1);
-        dup2(e[1], 2);
-        close(o[0]);
-        close(o[1]);
-        close(e[0]);
-        close(e[1]);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    close(o[1]);
-    close(e[1]);
-    c->out = fdopen(o[0], "r");
-    c->err = fdopen(e[0], "r");
-}
-
-/* Stops the child; returns its exit status and everything it wrote on
- * stderr (malloc'd). */
-static int stop(child_t *c, char **err_text)
-{
-    kill(c->pid, SIGTERM);
-    int status = 0;
-    waitpid(c->pid, &status, 0);
-    size_t cap = 1 << 16, n = 0;
-    char *buf = calloc(1, cap);
-    while (n + 1 < cap && fgets(buf + n, (int)(cap - n), c->err))
-        n += strlen(buf + n);
-    fclose(c->out);
-    fclose(c->err);
-    if (err_text)
-        *err_text = buf;
-    else
-        free(buf);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-/* "listening on http://ADDR:PORT": the address into addr, the port. */
-static int read_listen(child_t *c, char *addr, size_t cap)
-{
-    char line[512];
-    if (!fgets(line, sizeof line, c->out))
-        return -1;
-    const char *p = strstr(line, "http://");
-    const char *colon = p ? strchr(p + 7, ':') : NULL;
-    if (!colon || (size_t)(colon - p - 7) >= cap)
-        return -1;
-    memcpy(addr, p + 7, (size_t)(colon - p - 7));
-    addr[colon - p - 7] = 0;
-    return atoi(colon + 1);
-}
 
 static void test_dynamo_flags_and_the_port_warning(void **state)
 {
@@ -88,10 +23,10 @@ static void test_dynamo_flags_and_the_port_warning(void **state)
     char *argv[] = {(char *)kvr_test_binary(), "serve", "--port", "0", "--threads", "3",
                     "--block-size", "4", "--workers", workers, "--routing-group", "pool-a",
                     "--access-log", log_path, NULL};
-    child_t c;
-    spawn(&c, argv);
+    kvr_child *c = calloc(1, sizeof *c);
+    kvr_child_spawn(c, argv);
     char addr[64];
-    int port = read_listen(&c, addr, sizeof addr);
+    int port = kvr_child_read_listen(c, addr, sizeof addr);
     assert_true(port > 0);
     assert_string_equal(addr, "0.0.0.0");
     char base[64];
@@ -104,10 +39,9 @@ static void test_dynamo_flags_and_the_port_warning(void **state)
     assert_string_equal(json_string_value(json_object_get(w0, "routing_group")), "pool-a");
     assert_int_equal(json_integer_value(json_object_get(w0, "block_size")), 4);
     json_decref(w);
-    char *err_text;
-    assert_int_equal(stop(&c, &err_text), 0);
-    assert_non_null(strstr(err_text, "beyond loopback"));
-    free(err_text);
+    assert_int_equal(kvr_child_stop(c, SIGTERM), 0);
+    assert_non_null(strstr(c->err, "beyond loopback"));
+    free(c);
     /* The access log has the /workers request. */
     size_t len;
     char *log = kvr_test_read_file(log_path, &len);
@@ -126,11 +60,11 @@ static void test_min_initial_workers_from_the_environment(void **state)
     (void)state;
     setenv("DYN_ROUTER_MIN_INITIAL_WORKERS", "1", 1);
     char *argv[] = {(char *)kvr_test_binary(), "serve", "--listen", "127.0.0.1:0", NULL};
-    child_t c;
-    spawn(&c, argv);
+    kvr_child *c = calloc(1, sizeof *c);
+    kvr_child_spawn(c, argv);
     unsetenv("DYN_ROUTER_MIN_INITIAL_WORKERS");
     char addr[64];
-    int port = read_listen(&c, addr, sizeof addr);
+    int port = kvr_child_read_listen(c, addr, sizeof addr);
     assert_true(port > 0);
     char base[64];
     snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
@@ -145,7 +79,8 @@ static void test_min_initial_workers_from_the_environment(void **state)
                      201);
     json_decref(th_json("POST", base, "/query", q, &st));
     assert_int_equal(st, 200);
-    assert_int_equal(stop(&c, NULL), 0);
+    assert_int_equal(kvr_child_stop(c, SIGTERM), 0);
+    free(c);
 
     /* A bad value in the environment is a usage error naming it. */
     setenv("DYN_ROUTER_MIN_INITIAL_WORKERS", "two", 1);

@@ -32,7 +32,8 @@ static void do_reg(kvr_source *src, void *arg)
     kvr_worker_settings s = {.model_name = "m", .worker_id = a->id, .block_size = BS,
                              .accepts_mm_hashes = -1};
     assert_int_not_equal(kvr_indexer_register(ix, &s, &a->w), KVR_REG_INVALID);
-    assert_true(kvr_source_listen(src, a->w, a->id, 0, a->endpoint, a->replay, "") >= 0);
+    assert_true(kvr_source_listen(src, a->w, a->id, 0, a->endpoint, a->replay, "") !=
+                KVR_LISTEN_FAILED);
 }
 
 typedef struct {

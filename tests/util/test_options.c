@@ -144,8 +144,10 @@ static void test_config_object_rejects_unknown_keys_and_wrong_types(void **state
     struct {
         const char *json, *key;
     } bad[] = {
-        {"{\"thread\": 4}", "'serve.thread'"},      {"{\"threads\": \"4\"}", "'serve.http_threads'"},
-        {"{\"threads\": 4.5}", "'serve.http_threads'"}, {"{\"threads\": 65}", "'serve.http_threads'"},
+        {"{\"thread\": 4}", "'serve.thread'"},
+        {"{\"threads\": \"4\"}", "'serve.http_threads'"},
+        {"{\"threads\": 4.5}", "'serve.http_threads'"},
+        {"{\"threads\": 65}", "'serve.http_threads'"},
         {"{\"flag\": \"yes\"}", "'serve.flag'"},      {"{\"ratio\": [1]}", "'serve.ratio'"},
         {"{\"name\": \"n\"}", "'serve.name'"},        {"{\"mode\": 1}", "'serve.mode'"},
         {"{\"max_body\": null}", "'serve.max_body'"}, {"{\"seed\": -1}", "'serve.seed'"},

@@ -1,0 +1,197 @@
+/* SIGHUP reloads `kvrouter serve --config` in a real process: workers the
+ * file adds, removes and changes follow it (an unchanged worker keeps its
+ * listener and indexed blocks, a changed mm_identity resets it, SPEC §5
+ * rule 9), workers registered over HTTP stay, settings that need a restart
+ * are named, and a bad file changes nothing and says why, in JSON log lines
+ * (--log-format json). */
+#include "test_support.h"
+
+#include "../server/net_helpers.h"
+#include "child.h"
+
+#define BS 4
+#define WAIT 20000
+
+/* Replaces the file at path whole (rename), so a reload never reads half. */
+static void write_config(const char *path, const char *text)
+{
+    char tmp[128];
+    snprintf(tmp, sizeof tmp, "%s.new", path);
+    FILE *f = fopen(tmp, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    assert_int_equal(rename(tmp, path), 0);
+}
+
+static char *worker_json(char *buf, size_t cap, uint64_t id, const char *endpoint,
+                         const char *extra)
+{
+    snprintf(buf, cap, "{\"instance_id\": %llu, \"endpoint\": \"%s\"%s}",
+             (unsigned long long)id, endpoint, extra ? extra : "");
+    return buf;
+}
+
+/* The sorted ids /workers lists, as "1,3,4". */
+static void worker_ids(const char *base, char *out, size_t cap)
+{
+    json_t *w = th_json("GET", base, "/workers", NULL, NULL);
+    uint64_t ids[16];
+    size_t n = 0;
+    for (size_t i = 0; i < json_array_size(w) && n < 16; i++)
+        ids[n++] = (uint64_t)json_integer_value(json_object_get(json_array_get(w, i),
+                                                                "instance_id"));
+    json_decref(w);
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0 && ids[j - 1] > ids[j]; j--) {
+            uint64_t t = ids[j];
+            ids[j] = ids[j - 1];
+            ids[j - 1] = t;
+        }
+    size_t o = 0;
+    out[0] = 0;
+    for (size_t i = 0; i < n && o < cap; i++)
+        o += (size_t)snprintf(out + o, cap - o, "%s%llu", i ? "," : "", (unsigned long long)ids[i]);
+}
+
+static bool wait_ids(const char *base, const char *want)
+{
+    char got[128];
+    double end = th_now() + WAIT / 1000.0;
+    do {
+        worker_ids(base, got, sizeof got);
+        if (strcmp(got, want) == 0)
+            return true;
+        th_sleep_ms(20);
+    } while (th_now() < end);
+    fail_msg("workers %s, wanted %s", got, want);
+    return false;
+}
+
+static const char *mm_identity_of(const char *base, uint64_t id, char *buf, size_t cap)
+{
+    json_t *w = th_json("GET", base, "/workers", NULL, NULL);
+    buf[0] = 0;
+    for (size_t i = 0; i < json_array_size(w); i++) {
+        json_t *x = json_array_get(w, i);
+        if ((uint64_t)json_integer_value(json_object_get(x, "instance_id")) == id)
+            snprintf(buf, cap, "%s",
+                     json_string_value(json_object_get(json_object_get(x, "capabilities"),
+                                                       "mm_identity")));
+    }
+    json_decref(w);
+    return buf;
+}
+
+static void test_sighup_reloads_workers_and_keeps_a_bad_file_out(void **state)
+{
+    (void)state;
+    th_engine ea, eb, ed;
+    th_engine_start(&ea);
+    th_engine_start(&eb);
+    th_engine_start(&ed);
+    char path[] = "/tmp/kvr_reloadXXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char a[256], b[256], d[256], cfg[2048];
+    worker_json(a, sizeof a, 1, ea.endpoint, NULL);
+    worker_json(b, sizeof b, 2, eb.endpoint, NULL);
+    snprintf(cfg, sizeof cfg,
+             "{\"listen\": \"127.0.0.1:0\", \"model_name\": \"m\", \"block_size\": %d, "
+             "\"log_format\": \"json\", \"workers\": [%s, %s]}",
+             BS, a, b);
+    write_config(path, cfg);
+    char *argv[] = {(char *)kvr_test_binary(), "serve", "--config", path, NULL};
+    kvr_child *c = calloc(1, sizeof *c);
+    kvr_child_spawn(c, argv);
+    char addr[64];
+    int port = kvr_child_read_listen(c, addr, sizeof addr);
+    assert_true(port > 0);
+    char base[64];
+    snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
+    /* Worker 1 holds two blocks; worker 3 comes over HTTP. */
+    assert_true(th_engine_wait_sub(&ea, WAIT));
+    uint64_t tokens[8] = {5, 6, 7, 8, 9, 10, 11, 12}, hashes[2] = {1, 2}, local[2];
+    th_local_hashes(tokens, 8, BS, local, 2);
+    kvr_raw_event ev = th_store(hashes, 2, 0, tokens, BS);
+    th_send_events(&ea, 0, &ev, 1, true);
+    assert_int_equal(th_wait_score(base, "m", local, 2, 1, 0, 2 * BS, WAIT), 2 * BS);
+    assert_int_equal(th_register(base,
+                                 "{\"instance_id\": 3, \"endpoint\": \"tcp://127.0.0.1:6997\", "
+                                 "\"model_name\": \"m\", \"block_size\": 4}",
+                                 NULL),
+                     201);
+    assert_true(wait_ids(base, "1,2,3"));
+
+    /* v2: 2 gone, 4 new, 1 unchanged; max_body needs a restart. */
+    worker_json(d, sizeof d, 4, ed.endpoint, NULL);
+    snprintf(cfg, sizeof cfg,
+             "{\"listen\": \"127.0.0.1:0\", \"model_name\": \"m\", \"block_size\": %d, "
+             "\"log_format\": \"json\", \"max_body\": 4096, \"workers\": [%s, %s]}",
+             BS, a, d);
+    write_config(path, cfg);
+    size_t mark = c->err_len;
+    kill(c->pid, SIGHUP);
+    assert_true(kvr_child_wait_stderr(
+        c, mark, "1 created, 0 changed, 1 unchanged, 1 ranks removed", WAIT));
+    assert_true(wait_ids(base, "1,3,4"));
+    assert_non_null(strstr(c->err + mark, "'max_body' changed"));
+    assert_int_equal(th_score(base, "m", local, 2, 1, 0), 2 * BS); /* kept */
+
+    /* v3: worker 1's mm_identity changes: reset, its blocks cleared. */
+    worker_json(a, sizeof a, 1, ea.endpoint, ", \"mm_identity\": \"engine_wide\"");
+    snprintf(cfg, sizeof cfg,
+             "{\"listen\": \"127.0.0.1:0\", \"model_name\": \"m\", \"block_size\": %d, "
+             "\"log_format\": \"json\", \"workers\": [%s, %s]}",
+             BS, a, d);
+    write_config(path, cfg);
+    mark = c->err_len;
+    kill(c->pid, SIGHUP);
+    assert_true(kvr_child_wait_stderr(
+        c, mark, "0 created, 1 changed, 1 unchanged, 0 ranks removed", WAIT));
+    char mm[32];
+    assert_string_equal(mm_identity_of(base, 1, mm, sizeof mm), "engine_wide");
+    assert_int_equal(th_score(base, "m", local, 2, 1, 0), -1);
+
+    /* v4: a bad file: nothing changes, the log says why. */
+    write_config(path, "{\"listen\": \"127.0.0.1:0\", \"wrokers\": []}");
+    mark = c->err_len;
+    kill(c->pid, SIGHUP);
+    assert_true(kvr_child_wait_stderr(c, mark, "unknown key 'wrokers'", WAIT));
+    assert_true(wait_ids(base, "1,3,4"));
+    assert_string_equal(mm_identity_of(base, 1, mm, sizeof mm), "engine_wide");
+
+    /* Every stderr line is one JSON object with time, level and message. */
+    assert_true(kvr_child_wait_stderr(c, mark, "\n", WAIT));
+    char *save = NULL;
+    size_t n_lines = 0;
+    for (char *l = strtok_r(c->err, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        json_t *j = json_loads(l, 0, NULL);
+        if (!j)
+            fail_msg("stderr line is not JSON: %s", l);
+        assert_non_null(json_string_value(json_object_get(j, "time")));
+        assert_non_null(json_string_value(json_object_get(j, "level")));
+        assert_non_null(json_string_value(json_object_get(j, "message")));
+        json_decref(j);
+        n_lines++;
+    }
+    assert_true(n_lines >= 4);
+    assert_int_equal(kvr_child_stop(c, SIGTERM), 0);
+    free(c);
+    unlink(path);
+    th_engine_stop(&ed);
+    th_engine_stop(&eb);
+    th_engine_stop(&ea);
+}
+
+int main(void)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sighup_reloads_workers_and_keeps_a_bad_file_out),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_cleanup();
+    return rc;
+}
