@@ -121,6 +121,25 @@ int kvr_mm_identity_from_name(const char *name); /* -1 if unknown */
 #define KVR_LEGACY_PAD_BASE 1000000u
 #define KVR_WIDE_SENTINEL 0xFFFFFFFFu
 
+/* Legacy multimodal pad token (SPEC §4): 1 000 000 + (mm_hash & (2^30 - 1)).
+ * Request side (route) and event side (the normalizer's vLLM media rule)
+ * must give the same tokens, hence one definition for both. */
+static inline uint32_t kvr_pad_value(uint64_t mm_hash)
+{
+    return KVR_LEGACY_PAD_BASE + (uint32_t)(mm_hash & ((1u << 30) - 1));
+}
+
+/* Which engine a worker runs (SPEC §5 "vLLM media identity"): it says how a
+ * 64-hex mm_hash reads and which identity field /route forwards. */
+typedef enum {
+    KVR_ENGINE_SGLANG = 0, /* the default */
+    KVR_ENGINE_VLLM = 1,
+    KVR_ENGINE_COUNT
+} kvr_engine;
+
+const char *kvr_engine_name(kvr_engine e);    /* "sglang", "vllm" */
+int kvr_engine_from_name(const char *name);   /* -1 if unknown */
+
 #ifdef __cplusplus
 }
 #endif

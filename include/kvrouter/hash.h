@@ -24,8 +24,7 @@ size_t kvr_hash_block_count(size_t n_tokens, uint32_t block_size, bool eagle);
  * cap are written). No heap allocation. */
 size_t kvr_hash_blocks(const uint32_t *tokens, size_t n_tokens, uint32_t block_size, bool eagle,
                        uint64_t seed, uint64_t *out, size_t cap);
-/* Legacy multimodal pad token: 1 000 000 + (mm_hash & (2^30 - 1)). */
-uint32_t kvr_pad_value(uint64_t mm_hash);
+/* kvr_pad_value (the legacy pad token) is in common.h. */
 
 #ifdef __cplusplus
 }

@@ -36,6 +36,13 @@ typedef struct {
     int accepts_mm_hashes;     /* -1 unset (SPEC §5 default), 0, 1 */
     bool is_eagle;
     uint32_t mm_capacity;      /* 0 -> KVR_MM_DEFAULT_CAPACITY */
+    /* SPEC §5 "vLLM media identity": the engine (how a 64-hex mm_hash
+     * reads, which identity field /route forwards) and the model's media
+     * placeholder token (151655 for Qwen-VL), without which blocks whose
+     * extra_keys list media are unsupported. Both are effective settings. */
+    kvr_engine engine;         /* default KVR_ENGINE_SGLANG (0) */
+    bool has_image_token_id;
+    uint32_t image_token_id;   /* below KVR_WIDE_SENTINEL */
 } kvr_worker_settings;
 
 typedef enum {
@@ -56,13 +63,15 @@ void kvr_indexer_destroy(kvr_indexer *ix);
 /* Registry semantics:
  * - key (model, group, worker_id); group NULL or "" -> "default".
  * - INVALID: model empty/NULL, a name >= KVR_NAME_MAX bytes, block_size 0 or
- *   above KVR_MAX_BLOCK_SIZE, mm_identity or accepts_mm_hashes out of range.
+ *   above KVR_MAX_BLOCK_SIZE, mm_identity, accepts_mm_hashes or engine out of
+ *   range, image_token_id KVR_WIDE_SENTINEL (no real token narrows to it).
  * - BLOCK_SIZE_CONFLICT: another registered worker of (model, group) has a
  *   different block size. The size binds while any worker of the group is
  *   registered (a group holding only dump-loaded state takes the size of its
  *   next registration). A worker alone in its group may change it (RESET).
  * - Effective settings: block size, mm_identity, eagle, lora (NULL == ""),
- *   mm_capacity (0 == default). Any difference -> RESET: the worker's index
+ *   mm_capacity (0 == default), engine, image_token_id (absent or its
+ *   value: it decides how media blocks hash). Any difference -> RESET: the worker's index
  *   ownerships on every rank (dump-loaded ones too) are cleared and its
  *   normalizers/converters are rebuilt lazily with the new settings.
  * - accepts_mm_hashes compares by its effective rule: -1 equals the explicit
@@ -124,6 +133,7 @@ typedef struct {
     bool is_eagle;
     bool accepts_mm_hashes;        /* effective now */
     kvr_mm_identity mm_identity;   /* as registered */
+    kvr_engine engine;
     uint64_t lora_seed;            /* kvr_hash_seed(lora, none) */
     char lora_name[KVR_NAME_MAX];  /* "" when none */
     uint32_t n_ranks;              /* ranks with state (a batch applied) */
@@ -158,6 +168,9 @@ typedef struct {
     bool accepts_mm_hashes;        /* effective now (SPEC §5) */
     bool accepts_mm_hashes_explicit;
     bool is_eagle;
+    kvr_engine engine;
+    bool has_image_token_id;
+    uint32_t image_token_id;
     uint64_t lora_seed;            /* hash seed of the worker's adapter, no salt */
     uint32_t n_ranks;              /* entries written below, sorted by dp_rank */
     uint32_t n_ranks_total;        /* ranks with state (may exceed KVR_MAX_RANKS_INFO) */

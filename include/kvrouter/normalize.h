@@ -18,6 +18,11 @@ typedef struct {
     uint32_t mm_capacity; /* recorded exclusion ids across tiers; 0 -> default 2^20 */
     uint64_t worker_id;   /* for warnings only */
     uint32_t dp_rank;
+    /* The model's media placeholder token (SPEC §5 "vLLM media identity"):
+     * runs of it in a block whose extra_keys list media take those media's
+     * pad values. Without it such blocks are unsupported. */
+    bool has_image_token_id;
+    uint32_t image_token_id;
 } kvr_normalizer_config;
 
 /* Counters of one (worker, rank), as one list: X(name, COUNTER|GAUGE,
@@ -36,7 +41,9 @@ typedef struct {
     X(mm_excluded_ids, GAUGE, "recorded excluded block ids, across tiers")                 \
     X(mm_fallback, GAUGE, "ranks whose exclusion set is full (fallback until a clear)")    \
     X(mm_fallback_entries, COUNTER, "times the exclusion set filled up")                   \
-    X(wide_tokens_seen, COUNTER, "token ids above u32 received, in every mode")
+    X(wide_tokens_seen, COUNTER, "token ids above u32 received, in every mode")            \
+    X(mm_unmapped_blocks, COUNTER,                                                         \
+      "blocks whose extra_keys media could not be mapped to pad values (store cut there)")
 
 typedef struct {
 #define KVR_NORM_COUNTER_FIELD_(name, kind, help) uint64_t name;

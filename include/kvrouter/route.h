@@ -69,12 +69,17 @@ void kvr_router_destroy(kvr_router *r);
 #define KVR_ROUTE_MAX_ID_LEN 256u
 
 /* One media item: token positions [start, end) hold the engine's placeholder
- * tokens. mm_hash is the caller's image identity, when it has one. */
+ * tokens. mm_hash is the caller's image identity, when it has one, as
+ * SGLang reads it. vLLM reads a 64-hex identity by its first 16 digits
+ * where SGLang takes the low 64 bits (SPEC §5): has_mm_hash_vllm then says
+ * vLLM workers use mm_hash_vllm instead (unset: mm_hash for both). */
 typedef struct {
     uint32_t start;
     uint32_t end;
     bool has_mm_hash;
     uint64_t mm_hash;
+    bool has_mm_hash_vllm;
+    uint64_t mm_hash_vllm;
 } kvr_mm_item;
 
 typedef struct {
@@ -124,6 +129,7 @@ typedef struct {
     uint32_t routing_tokens; /* length of the sequence hashed for this worker */
     kvr_seq_kind seq_kind;
     bool forward_mm_hashes;  /* only with KVR_SEQ_MM_PADDED */
+    kvr_engine engine;       /* the worker's: vLLM gets multi_modal_uuids */
 } kvr_query_entry;
 
 typedef struct {
@@ -194,6 +200,7 @@ typedef struct {
     uint32_t overlap_tokens;   /* gpu overlap blocks x block size */
     uint32_t routing_tokens;
     bool forward_mm_hashes;    /* forward every item's mm_hash, in item order */
+    kvr_engine engine;         /* the chosen worker's (vLLM: as multi_modal_uuids) */
     kvr_route_reason reason;
     double cost;
     uint32_t block_size;

@@ -24,7 +24,14 @@
  *   kv_cache_spec_kind of a layout without group_idx: group 0, and the
  *   positions after it hold sliding window, then locality.
  * - Ints: any msgpack int family; a positive value in a signed format is
- *   accepted wherever a non-negative int is expected. */
+ *   accepted wherever a non-negative int is expected.
+ * - extra_keys: at most KVR_WIRE_MAX_HASHES entries, each nil or an array
+ *   (anything else drops the event as malformed); items are kept as sent.
+ *   vLLM names a request's cache_salt only there (the first block's items:
+ *   LoRA name, media, salt, prompt-embedding hashes, in that order), so an
+ *   event without a cache_salt of its own takes the first string of its
+ *   first entry that is neither its lora_name nor 64 hex digits (as
+ *   Dynamo's decoder does). */
 #ifndef KVROUTER_WIRE_H
 #define KVROUTER_WIRE_H
 
@@ -68,6 +75,12 @@ typedef struct {
     kvr_str lora_name;         /* vLLM string at position 7 */
     kvr_str cache_salt;        /* SGLang metadata map, or top-level map key */
     kvr_str session_id;        /* SGLang metadata map */
+
+    /* vLLM extra_keys (SPEC §3, §5 "vLLM media identity"): the msgpack
+     * entries as sent, one per block (nil or an array of items), checked at
+     * decode; read them with kvr_extra_keys_*. NULL when absent or nil. */
+    const char *extra_keys;
+    uint32_t n_extra_keys;
 
     bool has_group_idx;
     int64_t group_idx;
@@ -154,6 +167,46 @@ void kvr_batch_rewind(kvr_batch *b);
 void kvr_batch_of_events(kvr_batch *b, const kvr_raw_event *evs, uint32_t n);
 /* Heap bytes the batch holds now (its decoding scratch). */
 size_t kvr_batch_bytes(const kvr_batch *b);
+
+/* ---- vLLM media identity (SPEC §5) ----------------------------------- */
+
+/* True when s is exactly 64 hex digits (a SHA-256 / BLAKE3 hex digest). */
+bool kvr_is_hex64(kvr_str s);
+/* A media identifier as a u64: 64 hex digits give their first 16 digits,
+ * any other string XXH3_64(identifier, seed 0). */
+uint64_t kvr_media_id(kvr_str identifier);
+
+/* extra_keys read block by block. */
+typedef struct {
+    const char *next; /* the next entry */
+    uint32_t left;    /* entries left */
+} kvr_extra_keys;
+
+/* One block's items. */
+typedef struct {
+    const char *next;
+    uint32_t left;
+    kvr_str lora; /* a string equal to it is the LoRA name, never media */
+} kvr_extra_items;
+
+typedef struct {
+    /* Media items: [identifier, offset] pairs (offset any int: negative when
+     * the item began in an earlier block), and bare 64-hex strings that are
+     * not the LoRA name (older vLLM). */
+    uint32_t n_media;
+    /* Items no token rule reproduces: bin (prompt-embedding hashes) and any
+     * type but a string or such a pair. */
+    bool opaque;
+} kvr_extra_summary;
+
+void kvr_extra_keys_begin(kvr_extra_keys *x, const kvr_raw_event *ev);
+/* The next block's entry (its items and their summary), or false when the
+ * event listed no more entries (that block has no extra keys). */
+bool kvr_extra_keys_next(kvr_extra_keys *x, kvr_str lora, kvr_extra_items *items,
+                         kvr_extra_summary *sum);
+/* The next media item's identity (kvr_media_id), in listed order; false when
+ * none is left. */
+bool kvr_extra_items_next_media(kvr_extra_items *it, uint64_t *id);
 
 /* Frame layer: a ZeroMQ message is exactly [topic, seq (8 bytes BE), payload]. */
 typedef enum {

@@ -66,8 +66,3 @@ size_t kvr_hash_blocks(const uint32_t *tokens, size_t n_tokens, uint32_t block_s
         out[i] = kvr_hash_tokens(tokens + i * block_size, window, seed);
     return blocks;
 }
-
-uint32_t kvr_pad_value(uint64_t mm_hash)
-{
-    return KVR_LEGACY_PAD_BASE + (uint32_t)(mm_hash & ((1u << 30) - 1));
-}

@@ -131,7 +131,9 @@ static bool settings_valid(const kvr_worker_settings *s)
     return s && kvr_ix_name_ok(s->model_name, false) && kvr_ix_name_ok(s->routing_group, true) &&
            kvr_ix_name_ok(s->lora_name, true) && s->block_size > 0 &&
            s->block_size <= KVR_MAX_BLOCK_SIZE && (unsigned)s->mm_identity <= KVR_MM_AUTO &&
-           s->accepts_mm_hashes >= -1 && s->accepts_mm_hashes <= 1;
+           s->accepts_mm_hashes >= -1 && s->accepts_mm_hashes <= 1 &&
+           (unsigned)s->engine < KVR_ENGINE_COUNT &&
+           !(s->has_image_token_id && s->image_token_id == KVR_WIDE_SENTINEL);
 }
 
 static void conf_from_settings(const kvr_worker_settings *s, kvr_worker_conf *c)
@@ -150,6 +152,9 @@ static void conf_from_settings(const kvr_worker_settings *s, kvr_worker_conf *c)
         c->accepts_norm = 0;
     c->is_eagle = s->is_eagle;
     c->mm_capacity = s->mm_capacity ? s->mm_capacity : KVR_MM_DEFAULT_CAPACITY;
+    c->engine = s->engine;
+    c->has_image_token_id = s->has_image_token_id;
+    c->image_token_id = s->has_image_token_id ? s->image_token_id : 0;
 }
 
 /* The settings whose change invalidates indexed state (SPEC §5 rule 9). */
@@ -157,7 +162,9 @@ static bool conf_needs_reset(const kvr_worker_conf *a, const kvr_worker_conf *b)
 {
     return a->block_size != b->block_size || a->mm_identity != b->mm_identity ||
            a->is_eagle != b->is_eagle || strcmp(a->lora, b->lora) != 0 ||
-           a->mm_capacity != b->mm_capacity;
+           a->mm_capacity != b->mm_capacity || a->engine != b->engine ||
+           a->has_image_token_id != b->has_image_token_id ||
+           a->image_token_id != b->image_token_id;
 }
 
 static void conf_apply(kvr_worker *w, const kvr_worker_conf *c)
@@ -339,6 +346,7 @@ static void caps_fill(kvr_worker *w, kvr_worker_caps *c)
     c->is_eagle = w->conf.is_eagle;
     c->accepts_mm_hashes = kvr_ix_accepts_effective(w);
     c->mm_identity = w->conf.mm_identity;
+    c->engine = w->conf.engine;
     c->lora_seed = w->lora_seed;
     memcpy(c->lora_name, w->conf.lora, sizeof(c->lora_name));
     /* the worker mutex only: rank mutexes are held for whole batches */

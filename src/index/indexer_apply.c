@@ -22,6 +22,8 @@ kvr_rank_state *kvr_ix_rank_create(kvr_worker *w, uint32_t rank)
         .mm_capacity = w->conf.mm_capacity,
         .worker_id = w->worker_id,
         .dp_rank = rank,
+        .has_image_token_id = w->conf.has_image_token_id,
+        .image_token_id = w->conf.image_token_id,
     };
     pthread_mutex_init(&r->mu, NULL);
     r->rank = rank;

@@ -36,6 +36,9 @@ static void worker_info(kvr_worker *w, kvr_worker_info *out)
     out->accepts_mm_hashes = kvr_ix_accepts_effective(w);
     out->accepts_mm_hashes_explicit = w->conf.accepts_raw >= 0;
     out->is_eagle = w->conf.is_eagle;
+    out->engine = w->conf.engine;
+    out->has_image_token_id = w->conf.has_image_token_id;
+    out->image_token_id = w->conf.image_token_id;
     out->lora_seed = w->lora_seed;
     out->wide_seen = atomic_load(&w->wide_seen);
     out->resets = w->resets;

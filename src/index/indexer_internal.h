@@ -45,6 +45,9 @@ typedef struct {
     int accepts_norm;             /* -1 only for auto+unset (dynamic) */
     bool is_eagle;
     uint32_t mm_capacity;         /* 0 resolved to the default */
+    kvr_engine engine;
+    bool has_image_token_id;
+    uint32_t image_token_id;
 } kvr_worker_conf;
 
 struct kvr_worker {

@@ -12,6 +12,7 @@
 
 #include "normalize/dupcheck.h"
 #include "normalize/filter.h"
+#include "normalize/media.h"
 #include "util/blocks.h"
 #include "util/grow.h"
 #include "util/u64map.h"
@@ -386,6 +387,15 @@ static void normalize_store(kvr_normalizer *n, const kvr_raw_event *ev, kvr_norm
         size_t blk = block_of_sentinel(sentinel, b, out->eagle);
         if (blk < hashable)
             first_bad = blk;
+    }
+    if (ev->extra_keys) {
+        /* vLLM media in extra_keys: pads over placeholders, or cut there */
+        kvr_norm_media m = {b, out->eagle, n->cfg.has_image_token_id, n->cfg.image_token_id};
+        size_t unmapped = kvr_norm_media_substitute(&m, ev, n->tokens, ev->n_token_ids, first_bad);
+        if (unmapped < first_bad) {
+            n->c.mm_unmapped_blocks++;
+            first_bad = unmapped;
+        }
     }
 
     if (kvr_normalizer_effective_mode(n) == KVR_MM_ENGINE_WIDE) {

@@ -82,6 +82,12 @@ static kvr_registry_result check(const kvr_registration *reg, kvr_registry_reply
     if (s->accepts_mm_hashes < -1 || s->accepts_mm_hashes > 1)
         return fail(out, KVR_REGISTRY_INVALID, "accepts_mm_hashes",
                     "field 'accepts_mm_hashes' must be -1 (unset), 0 or 1");
+    if ((unsigned)s->engine >= KVR_ENGINE_COUNT)
+        return fail(out, KVR_REGISTRY_INVALID, "engine",
+                    "field 'engine' must be \"sglang\" or \"vllm\"");
+    if (s->has_image_token_id && s->image_token_id == KVR_WIDE_SENTINEL)
+        return fail(out, KVR_REGISTRY_INVALID, "image_token_id",
+                    "field 'image_token_id' must be below %u", KVR_WIDE_SENTINEL);
     if ((unsigned)reg->origin >= KVR_ORIGIN_COUNT)
         return fail(out, KVR_REGISTRY_INVALID, "origin", "origin %d is not a kvr_origin",
                     (int)reg->origin);

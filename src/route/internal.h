@@ -86,6 +86,7 @@ typedef struct {
     uint64_t seed;
     bool eagle;
     kvr_seq_kind kind;
+    bool vllm_ids; /* MM_PADDED with vLLM's reading of the identities (it differs) */
     uint32_t n_tokens;        /* routing sequence length */
     uint64_t *hashes;         /* local block hashes; chain hashes after route_chain_profiles */
     size_t n_blocks, hashes_cap;
@@ -128,8 +129,10 @@ typedef struct route_scratch {
     size_t wp_cap;
     route_profile *profiles;
     size_t n_profiles, profiles_cap;
-    uint32_t *padded; /* the pad-substituted sequence, built once per request */
-    size_t padded_cap;
+    /* The pad-substituted sequence, built once per request and reading:
+     * [0] SGLang's (mm_hash), [1] vLLM's where it differs (SPEC §5). */
+    uint32_t *padded[2];
+    size_t padded_cap[2];
     uint32_t *entry_profile; /* per kvr_query_result entry: its profile */
     size_t ep_cap;
     struct route_scratch *next;

@@ -62,6 +62,7 @@ static void add_entry(kvr_query_result *out, route_scratch *s, const kvr_worker_
     e->routing_tokens = pr->n_tokens;
     e->seq_kind = pr->kind;
     e->forward_mm_hashes = pr->kind == KVR_SEQ_MM_PADDED;
+    e->engine = c->engine;
     const kvr_match_entry *m = find_match(pr, c->worker_id, dp_rank);
     if (m) {
         e->gpu_blocks = m->gpu_blocks;

@@ -51,7 +51,8 @@ static void scratch_destroy(route_scratch *s)
         kvr_u64map_free(&s->profiles[i].by_worker);
     }
     free(s->profiles);
-    free(s->padded);
+    free(s->padded[0]);
+    free(s->padded[1]);
     free(s->entry_profile);
     free(s);
 }

@@ -312,6 +312,7 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
     /* Only MM_PADDED entries forward, and those exist only for workers whose
      * effective accepts_mm_hashes is true with every item hashed. */
     out->forward_mm_hashes = e->forward_mm_hashes;
+    out->engine = e->engine;
     out->reason = reason;
     out->cost = c[pick].cost;
     out->block_size = bs;

@@ -54,6 +54,17 @@ kvr_route_status route_validate(const kvr_query_request *req, char *err, size_t 
     return KVR_ROUTE_OK;
 }
 
+/* Whether vLLM reads some item's identity differently from SGLang: only
+ * then do vLLM workers need a sequence (and a hash pass) of their own. */
+static bool vllm_reading_differs(const kvr_query_request *req)
+{
+    for (size_t i = 0; i < req->n_mm_items; i++)
+        if (req->mm_items[i].has_mm_hash_vllm &&
+            req->mm_items[i].mm_hash_vllm != req->mm_items[i].mm_hash)
+            return true;
+    return false;
+}
+
 static bool every_item_hashed(const kvr_query_request *req)
 {
     for (size_t i = 0; i < req->n_mm_items; i++)
@@ -77,6 +88,7 @@ int route_build_profiles(route_scratch *s, size_t n_workers, const kvr_query_req
     bool all_hashed = has_media && every_item_hashed(req);
     bool req_lora = req->lora_name && req->lora_name[0];
     bool has_salt = req->cache_salt && req->cache_salt[0];
+    bool vllm_differs = all_hashed && vllm_reading_differs(req);
     s->n_profiles = 0;
     for (size_t w = 0; w < n_workers; w++) {
         const kvr_worker_caps *info = &s->caps[w];
@@ -93,6 +105,7 @@ int route_build_profiles(route_scratch *s, size_t n_workers, const kvr_query_req
         } else if (all_hashed && info->accepts_mm_hashes) {
             key.kind = KVR_SEQ_MM_PADDED;
             key.n_tokens = (uint32_t)req->n_tokens;
+            key.vllm_ids = vllm_differs && info->engine == KVR_ENGINE_VLLM;
         } else {
             /* Eagle needs no special cut: the hash of a prefix of `start`
              * tokens yields only windows whose overlap token is text. */
@@ -102,7 +115,7 @@ int route_build_profiles(route_scratch *s, size_t n_workers, const kvr_query_req
         size_t p = 0;
         while (p < s->n_profiles &&
                !(s->profiles[p].seed == key.seed && s->profiles[p].eagle == key.eagle &&
-                 s->profiles[p].kind == key.kind))
+                 s->profiles[p].kind == key.kind && s->profiles[p].vllm_ids == key.vllm_ids))
             p++;
         if (p == s->n_profiles) {
             size_t old_cap = s->profiles_cap;
@@ -113,6 +126,7 @@ int route_build_profiles(route_scratch *s, size_t n_workers, const kvr_query_req
             pr->seed = key.seed;
             pr->eagle = key.eagle;
             pr->kind = key.kind;
+            pr->vllm_ids = key.vllm_ids;
             pr->n_tokens = key.n_tokens;
             pr->n_matches = 0;
             s->n_profiles++;
@@ -122,17 +136,22 @@ int route_build_profiles(route_scratch *s, size_t n_workers, const kvr_query_req
     return 0;
 }
 
-static const uint32_t *padded_sequence(route_scratch *s, const kvr_query_request *req)
+/* The request with pad_value(identity) over each item's positions — the
+ * tokens the engine hashed (legacy SGLang) or the normalizer made of a vLLM
+ * store (SPEC §5). vllm: identities as vLLM reads them. */
+static const uint32_t *padded_sequence(route_scratch *s, const kvr_query_request *req, bool vllm)
 {
-    if (route_grow((void **)&s->padded, &s->padded_cap, req->n_tokens, sizeof *s->padded) < 0)
+    uint32_t **out = &s->padded[vllm];
+    if (route_grow((void **)out, &s->padded_cap[vllm], req->n_tokens, sizeof **out) < 0)
         return NULL;
-    memcpy(s->padded, req->token_ids, req->n_tokens * sizeof *s->padded);
+    memcpy(*out, req->token_ids, req->n_tokens * sizeof **out);
     for (size_t i = 0; i < req->n_mm_items; i++) {
-        uint32_t pad = kvr_pad_value(req->mm_items[i].mm_hash);
-        for (uint32_t t = req->mm_items[i].start; t < req->mm_items[i].end; t++)
-            s->padded[t] = pad;
+        const kvr_mm_item *it = &req->mm_items[i];
+        uint32_t pad = kvr_pad_value(vllm && it->has_mm_hash_vllm ? it->mm_hash_vllm : it->mm_hash);
+        for (uint32_t t = it->start; t < it->end; t++)
+            (*out)[t] = pad;
     }
-    return s->padded;
+    return *out;
 }
 
 /* Links each worker's matches (one per rank) in match order. */
@@ -166,14 +185,15 @@ uint32_t route_profile_first_match(const route_profile *pr, uint64_t worker_id)
 int route_match_profiles(route_scratch *s, kvr_index *idx, uint32_t block_size,
                          const kvr_query_request *req)
 {
-    const uint32_t *padded = NULL;
+    const uint32_t *padded[2] = {NULL, NULL};
     for (size_t p = 0; p < s->n_profiles; p++) {
         route_profile *pr = &s->profiles[p];
         const uint32_t *seq = req->token_ids;
         if (pr->kind == KVR_SEQ_MM_PADDED) {
-            if (!padded && !(padded = padded_sequence(s, req)))
+            bool v = pr->vllm_ids;
+            if (!padded[v] && !(padded[v] = padded_sequence(s, req, v)))
                 return -1;
-            seq = padded;
+            seq = padded[v];
         }
         size_t nb = kvr_hash_block_count(pr->n_tokens, block_size, pr->eagle);
         /* Each profile keeps its hashes: the route path books the chosen

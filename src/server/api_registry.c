@@ -18,8 +18,8 @@ bool kvr_api_parse_registration(json_t *body, const kvr_registration *defaults,
     if (defaults)
         *reg = *defaults;
     kvr_worker_settings *s = &reg->settings;
-    uint64_t bs = s->block_size, rank = reg->dp_rank;
-    const char *mm = NULL;
+    uint64_t bs = s->block_size, rank = reg->dp_rank, itid = UINT64_MAX;
+    const char *mm = NULL, *engine = NULL;
     bool accepts = false, accepts_set = false, eagle = s->is_eagle;
     if (!s->routing_group)
         s->routing_group = KVR_DEFAULT_ROUTING_GROUP;
@@ -42,8 +42,22 @@ bool kvr_api_parse_registration(json_t *body, const kvr_registration *defaults,
         !kvr_json_get_str(body, "lora_name", false, false, KVR_NAME_MAX, &s->lora_name, e) ||
         !kvr_json_get_str(body, "mm_identity", false, false, 64, &mm, e) ||
         !kvr_json_get_bool(body, "accepts_mm_hashes", &accepts_set, &accepts, e) ||
-        !kvr_json_get_bool(body, "is_eagle", NULL, &eagle, e))
+        !kvr_json_get_bool(body, "is_eagle", NULL, &eagle, e) ||
+        !kvr_json_get_str(body, "engine", false, false, 16, &engine, e) ||
+        !kvr_json_get_uint(body, "image_token_id", false, 0, KVR_WIDE_SENTINEL - 1, &itid, e))
         return false;
+    if (engine && engine[0]) {
+        int en = kvr_engine_from_name(engine);
+        if (en < 0) {
+            snprintf(e->msg, sizeof e->msg, "field 'engine' must be \"sglang\" or \"vllm\"");
+            return false;
+        }
+        s->engine = (kvr_engine)en;
+    }
+    if (itid != UINT64_MAX) {
+        s->has_image_token_id = true;
+        s->image_token_id = (uint32_t)itid;
+    }
     s->block_size = (uint32_t)bs;
     reg->dp_rank = (uint32_t)rank;
     s->is_eagle = eagle;
@@ -119,11 +133,14 @@ void kvr_api_register(kvr_server *srv, json_t *body, kvr_api_reply *reply)
                             "block_size", (json_int_t)s->block_size, "mm_identity",
                             kvr_mm_identity_name(out.mm_identity), "accepts_mm_hashes",
                             out.accepts_mm_hashes, "is_eagle", out.is_eagle, "reset", out.reset);
+    json_object_set_new(reply->body, "engine", json_string(kvr_engine_name(s->engine)));
+    json_object_set_new(reply->body, "image_token_id",
+                        s->has_image_token_id ? json_integer(s->image_token_id) : json_null());
     if (out.reset)
         json_object_set_new(reply->body, "message",
-                            json_string("settings changed (block size, mm_identity, eagle or "
-                                        "lora): the worker's indexed state and normalizers were "
-                                        "cleared"));
+                            json_string("settings changed (block size, mm_identity, eagle, "
+                                        "lora, engine or image_token_id): the worker's indexed "
+                                        "state and normalizers were cleared"));
     if (out.listener_restarted)
         json_object_set_new(reply->body, "listener_restarted", json_true());
 }

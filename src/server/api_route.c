@@ -36,11 +36,14 @@ static bool given(json_t *body, const char *key)
 }
 
 /* mm_hash: a JSON integer up to 2^64 - 1 (a negative one = its u64 bits),
- * or a 16-hex-digit string, or a 64-hex-digit
- * string (a SHA-256 image hash) of which the last 16 digits count — the
- * last 8 bytes big-endian, the same rule as a wire `bin` hash (SPEC §3). */
-static bool parse_mm_hash(const json_t *v, uint64_t *out)
+ * or a 16-hex-digit string, or a 64-hex-digit string (a SHA-256 / BLAKE3
+ * image hash). SGLang reads the whole hex value, so its last 16 digits count
+ * (the last 8 bytes big-endian, the same rule as a wire `bin` hash, SPEC
+ * §3); vLLM identifies media by the first 16 (kvr_media_id, SPEC §5), which
+ * the item carries as its vLLM reading. */
+static bool parse_mm_hash(const json_t *v, kvr_mm_item *it)
 {
+    uint64_t *out = &it->mm_hash;
     if (json_is_integer(v)) {
         *out = (uint64_t)json_integer_value(v);
         return true;
@@ -53,6 +56,11 @@ static bool parse_mm_hash(const json_t *v, uint64_t *out)
     size_t n = json_string_length(v);
     if (n != 16 && n != 64)
         return false;
+    kvr_str str = {s, (uint32_t)n};
+    if (n == 64 && kvr_is_hex64(str)) {
+        it->has_mm_hash_vllm = true;
+        it->mm_hash_vllm = kvr_media_id(str);
+    }
     uint64_t x = 0;
     for (size_t i = 0; i < n; i++) {
         int d = kvr_hex_digit(s[i]);
@@ -103,7 +111,7 @@ static bool parse_items(json_t *arr, parsed *p, kvr_api_reply *reply)
         p->items[i].end = (uint32_t)v[1];
         json_t *h = json_object_get(o, "mm_hash");
         if (h && !json_is_null(h)) {
-            if (!parse_mm_hash(h, &p->items[i].mm_hash)) {
+            if (!parse_mm_hash(h, &p->items[i])) {
                 kvr_api_error(reply, 400,
                               "field 'mm_items[%zu].mm_hash' must be a 64-bit integer or a 16- or "
                               "64-hex-digit string", i);
@@ -331,12 +339,20 @@ static json_t *decision_json(const kvr_route_request *rq, const kvr_route_decisi
                           rq->request_id);
     if (!o)
         return NULL;
+    json_object_set_new(o, "engine", json_string(kvr_engine_name(d->engine)));
     if (d->forward_mm_hashes) {
+        /* SGLang takes mm_hashes (16 hex digits); vLLM multi_modal_uuids, each
+         * the 16 digits and 48 zeros: it publishes that back as the
+         * identifier, whose first 16 digits are the identity routed on. */
+        bool vllm = d->engine == KVR_ENGINE_VLLM;
         json_t *h = json_array();
-        json_object_set_new(o, "mm_hashes", h);
+        json_object_set_new(o, vllm ? "multi_modal_uuids" : "mm_hashes", h);
         for (size_t i = 0; h && i < rq->q.n_mm_items; i++) {
-            char hex[17];
-            snprintf(hex, sizeof hex, "%016" PRIx64, rq->q.mm_items[i].mm_hash);
+            const kvr_mm_item *it = &rq->q.mm_items[i];
+            char hex[65];
+            snprintf(hex, sizeof hex, "%016" PRIx64 "%s",
+                     vllm && it->has_mm_hash_vllm ? it->mm_hash_vllm : it->mm_hash,
+                     vllm ? "000000000000000000000000000000000000000000000000" : "");
             json_array_append_new(h, json_string(hex));
         }
     }

@@ -153,12 +153,14 @@ static json_t *worker_json(const kvr_worker_info *wi, const kvr_listener_info *l
     listeners_json(w, ls, n_ls);
     json_object_set_new(w, "lora_name", wi->lora_name[0] ? json_string(wi->lora_name) : json_null());
     json_object_set_new(w, "is_eagle", json_boolean(wi->is_eagle));
-    json_object_set_new(
-        w, "capabilities",
-        json_pack("{s:s,s:s,s:b,s:b,s:b}", "mm_identity", kvr_mm_identity_name(wi->mm_identity),
-                  "detected_mm_identity", detected, "accepts_mm_hashes", wi->accepts_mm_hashes,
-                  "accepts_mm_hashes_explicit", wi->accepts_mm_hashes_explicit, "wide_seen",
-                  wi->wide_seen));
+    json_t *caps = json_pack(
+        "{s:s,s:s,s:b,s:b,s:b,s:s}", "mm_identity", kvr_mm_identity_name(wi->mm_identity),
+        "detected_mm_identity", detected, "accepts_mm_hashes", wi->accepts_mm_hashes,
+        "accepts_mm_hashes_explicit", wi->accepts_mm_hashes_explicit, "wide_seen", wi->wide_seen,
+        "engine", kvr_engine_name(wi->engine));
+    json_object_set_new(caps, "image_token_id",
+                        wi->has_image_token_id ? json_integer(wi->image_token_id) : json_null());
+    json_object_set_new(w, "capabilities", caps);
     json_object_set_new(w, "counters", counters_json(wi, ls, n_ls));
     json_object_set_new(w, "resets", json_integer((json_int_t)wi->resets));
     json_object_set_new(w, "batches_rejected", json_integer((json_int_t)wi->batches_rejected));

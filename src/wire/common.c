@@ -4,6 +4,15 @@
 #include <string.h>
 #include <strings.h>
 
+/* One lookup for every name table below: the enum value named name, or -1. */
+static int name_index(const char *const *names, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (name && strcmp(name, names[i]) == 0)
+            return i;
+    return -1;
+}
+
 static const char *const tier_names[KVR_TIER_COUNT] = {"gpu", "cpu", "disk", "external"};
 
 const char *kvr_tier_name(kvr_tier tier)
@@ -13,10 +22,7 @@ const char *kvr_tier_name(kvr_tier tier)
 
 int kvr_tier_from_name(const char *name)
 {
-    for (int i = 0; i < KVR_TIER_COUNT; i++)
-        if (name && strcmp(name, tier_names[i]) == 0)
-            return i;
-    return -1;
+    return name_index(tier_names, KVR_TIER_COUNT, name);
 }
 
 static const char *const drop_names[KVR_DROP_COUNT] = {
@@ -62,8 +68,17 @@ const char *kvr_mm_identity_name(kvr_mm_identity m)
 
 int kvr_mm_identity_from_name(const char *name)
 {
-    for (int i = 0; i < 3; i++)
-        if (name && strcmp(name, mm_names[i]) == 0)
-            return i;
-    return -1;
+    return name_index(mm_names, 3, name);
+}
+
+static const char *const engine_names[KVR_ENGINE_COUNT] = {"sglang", "vllm"};
+
+const char *kvr_engine_name(kvr_engine e)
+{
+    return (unsigned)e < KVR_ENGINE_COUNT ? engine_names[e] : "unknown";
+}
+
+int kvr_engine_from_name(const char *name)
+{
+    return name_index(engine_names, KVR_ENGINE_COUNT, name);
 }

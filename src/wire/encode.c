@@ -190,6 +190,22 @@ static void put_pos7(kvr_wbuf *w, const kvr_raw_event *ev)
     put_opt_kv(w, "lora_name", ev->lora_name);
 }
 
+/* extra_keys as the event holds them: its entries' bytes, verbatim. */
+static void put_extra_keys(kvr_wbuf *w, const kvr_raw_event *ev)
+{
+    if (!ev->extra_keys) {
+        put_nil(w);
+        return;
+    }
+    const char *end = ev->extra_keys;
+    for (uint32_t i = 0; i < ev->n_extra_keys; i++)
+        mp_next(&end);
+    size_t len = (size_t)(end - ev->extra_keys);
+    put_array(w, ev->n_extra_keys);
+    memcpy(room(w, len), ev->extra_keys, len);
+    done(w, w->data + w->len + len);
+}
+
 static void put_group_tail(kvr_wbuf *w, const kvr_raw_event *ev)
 {
     put_opt_i64(w, ev->has_group_idx, ev->group_idx);
@@ -203,6 +219,7 @@ static void tagged_event(kvr_wbuf *w, const kvr_raw_event *ev)
     bool tail = has_group_fields(ev);
     switch (ev->type) {
     case KVR_EV_STORED:
+        tail |= ev->extra_keys != NULL;
         put_array(w, tail ? 13 : 8);
         put_cstr(w, "BlockStored");
         put_u64s(w, ev->block_hashes, ev->n_block_hashes);
@@ -216,7 +233,7 @@ static void tagged_event(kvr_wbuf *w, const kvr_raw_event *ev)
         put_cstr(w, medium_name(ev->tier));
         put_pos7(w, ev);
         if (tail) {
-            put_nil(w); /* extra_keys */
+            put_extra_keys(w, ev);
             put_group_tail(w, ev);
         }
         break;
@@ -246,7 +263,8 @@ static void map_event(kvr_wbuf *w, const kvr_raw_event *ev)
     }
     uint32_t n = 3; /* type, block_hashes, medium */
     if (stored)
-        n += 5 + (ev->cache_salt.ptr != NULL) + (ev->session_id.ptr != NULL);
+        n += 5 + (ev->cache_salt.ptr != NULL) + (ev->session_id.ptr != NULL) +
+             (ev->extra_keys != NULL);
     n += (ev->has_group_idx != 0) + (ev->kv_cache_spec_kind.ptr != NULL) +
          (ev->has_sliding_window != 0) + (ev->locality.ptr != NULL);
     put_map(w, n);
@@ -270,6 +288,10 @@ static void map_event(kvr_wbuf *w, const kvr_raw_event *ev)
         put_str(w, ev->lora_name);
         put_opt_kv(w, "cache_salt", ev->cache_salt);
         put_opt_kv(w, "session_id", ev->session_id);
+        if (ev->extra_keys) {
+            put_cstr(w, "extra_keys");
+            put_extra_keys(w, ev);
+        }
     }
     put_cstr(w, "medium");
     put_cstr(w, medium_name(ev->tier));

@@ -253,10 +253,13 @@ void kvr_wire_decode_event(kvr_batch *b, const char **cur)
         ev->drop_reason = d;
         return;
     }
-    /* top-level map keys win over the metadata map */
+    /* top-level map keys win over the metadata map, which wins over vLLM's
+     * salt among the first block's extra keys */
     if (c.top_salt.ptr)
         ev->cache_salt = c.top_salt;
     if (c.top_session.ptr)
         ev->session_id = c.top_session;
+    if (!ev->cache_salt.ptr && ev->extra_keys)
+        ev->cache_salt = kvr_wire_salt_from_extra_keys(ev);
     ev->type = type;
 }

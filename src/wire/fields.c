@@ -261,7 +261,9 @@ kvr_drop_reason kvr_wire_read_field(kvr_wire_event_ctx *c, enum kvr_wire_field f
         return read_str(p, &c->top_salt);
     case KVR_F_SESSION_ID:
         return read_str(p, &c->top_session);
-    default: /* extra_keys: not used by the router */
+    case KVR_F_EXTRA_KEYS:
+        return kvr_wire_read_extra_keys(ev, p);
+    default:
         mp_next(p);
         return KVR_DROP_NONE;
     }

@@ -85,6 +85,12 @@ typedef struct {
 kvr_drop_reason kvr_wire_read_field(kvr_wire_event_ctx *c, enum kvr_wire_field f,
                                     const char **p);
 
+/* The extra_keys field (extra_keys.c): nil, or entries nil / arrays. */
+kvr_drop_reason kvr_wire_read_extra_keys(kvr_raw_event *ev, const char **p);
+/* vLLM's cache_salt of an event that names none: the first string of its
+ * first extra_keys entry that is neither the LoRA name nor 64 hex digits. */
+kvr_str kvr_wire_salt_from_extra_keys(const kvr_raw_event *ev);
+
 /* Decodes one event (a tagged array or a map) at *cur into b->ev, its
  * hashes and tokens into b->u64_buf from 0, and advances *cur past the event
  * (the payload must have passed kvr_wire_validate). A bad event becomes

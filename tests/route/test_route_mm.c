@@ -6,6 +6,7 @@
 #define BS 4
 #define N 16
 #define MM_HASH 9533257059414191570ull /* pad_value = 49115154 (SPEC §4) */
+#define ITEM(s, e, h, v) {.start = (s), .end = (e), .has_mm_hash = (h), .mm_hash = (v)}
 
 /* text 100..107 | image at 8..11 (placeholder 999) | text 200..203 */
 static void request_tokens(uint32_t *t, uint32_t img_start)
@@ -59,7 +60,7 @@ static void test_legacy_worker_gets_pad_substitution(void **state)
 
     uint32_t t[N];
     request_tokens(t, 8);
-    kvr_mm_item item = {8, 12, true, MM_HASH};
+    kvr_mm_item item = ITEM(8, 12, true, MM_HASH);
     kvr_query_request q = rt_request(t, N, &item, 1);
     kvr_query_result res;
     kvr_query_result_init(&res);
@@ -100,7 +101,7 @@ static void test_non_accepting_workers_route_on_text_prefix(void **state)
 
     uint32_t t[N];
     request_tokens(t, 8);
-    kvr_mm_item item = {8, 12, true, MM_HASH};
+    kvr_mm_item item = ITEM(8, 12, true, MM_HASH);
     kvr_query_request q = rt_request(t, N, &item, 1);
     kvr_query_result res;
     kvr_query_result_init(&res);
@@ -137,7 +138,7 @@ static void test_item_without_hash_disables_forwarding(void **state)
     rt_store(f->ix, w, 0, BS, ev, N, false, 1000);
     uint32_t t[N];
     request_tokens(t, 8);
-    kvr_mm_item items[2] = {{8, 12, true, MM_HASH}, {13, 15, false, 0}};
+    kvr_mm_item items[2] = {ITEM(8, 12, true, MM_HASH), ITEM(13, 15, false, 0)};
     kvr_query_request q = rt_request(t, N, items, 2);
     kvr_route_request rq = {0};
     rq.q = q;
@@ -163,7 +164,7 @@ static void test_mixed_fleet_scores_each_worker_with_its_sequence(void **state)
 
     uint32_t t[N];
     request_tokens(t, 8);
-    kvr_mm_item item = {8, 12, true, MM_HASH};
+    kvr_mm_item item = ITEM(8, 12, true, MM_HASH);
     kvr_query_request q = rt_request(t, N, &item, 1);
     kvr_query_result res;
     kvr_query_result_init(&res);
@@ -207,7 +208,7 @@ static void test_eagle_overlap_token_at_media_boundary(void **state)
     rt_store(f->ix, e, 0, BS, wide, N + 1, true, 1000);
     rt_store(f->ix, p, 0, BS, wide, N, false, 1000);
     request_tokens(t, 8);
-    kvr_mm_item item = {8, 12, true, MM_HASH};
+    kvr_mm_item item = ITEM(8, 12, true, MM_HASH);
     kvr_query_request q = rt_request(t, N, &item, 1);
     assert_int_equal(kvr_query(f->r, &q, &res), KVR_ROUTE_OK);
     assert_int_equal(rt_entry(&res, 1, 0)->gpu_blocks, 1);
@@ -242,7 +243,7 @@ static void test_each_distinct_sequence_hashed_once(void **state)
 
     uint32_t t[N];
     request_tokens(t, 8);
-    kvr_mm_item item = {8, 12, true, MM_HASH};
+    kvr_mm_item item = ITEM(8, 12, true, MM_HASH);
     kvr_query_request q = rt_request(t, N, &item, 1);
     kvr_query_result res;
     kvr_query_result_init(&res);
@@ -291,19 +292,19 @@ static void test_span_validation(void **state)
     rt_register(f->ix, 1, BS, KVR_MM_LEGACY, -1, false, NULL);
     uint32_t t[N];
     request_tokens(t, 8);
-    kvr_mm_item beyond[1] = {{8, 17, true, 1}};
+    kvr_mm_item beyond[1] = {ITEM(8, 17, true, 1)};
     expect_bad(f->r, t, N, beyond, 1, "mm_items[0].end");
-    kvr_mm_item start_out[1] = {{16, 17, true, 1}};
+    kvr_mm_item start_out[1] = {ITEM(16, 17, true, 1)};
     expect_bad(f->r, t, N, start_out, 1, "mm_items[0].start");
-    kvr_mm_item empty[1] = {{8, 8, true, 1}};
+    kvr_mm_item empty[1] = {ITEM(8, 8, true, 1)};
     expect_bad(f->r, t, N, empty, 1, "mm_items[0].end");
-    kvr_mm_item overlap[3] = {{0, 2, true, 1}, {4, 9, true, 2}, {8, 12, true, 3}};
+    kvr_mm_item overlap[3] = {ITEM(0, 2, true, 1), ITEM(4, 9, true, 2), ITEM(8, 12, true, 3)};
     expect_bad(f->r, t, N, overlap, 3, "mm_items[2].start");
-    kvr_mm_item unordered[2] = {{8, 12, true, 1}, {2, 4, true, 2}};
+    kvr_mm_item unordered[2] = {ITEM(8, 12, true, 1), ITEM(2, 4, true, 2)};
     expect_bad(f->r, t, N, unordered, 2, "mm_items[1].start");
     expect_bad(f->r, t, 0, NULL, 0, "token_ids");
 
-    kvr_mm_item adjacent[2] = {{4, 8, true, 1}, {8, 12, true, 2}};
+    kvr_mm_item adjacent[2] = {ITEM(4, 8, true, 1), ITEM(8, 12, true, 2)};
     kvr_query_request q = rt_request(t, N, adjacent, 2);
     kvr_query_result res;
     kvr_query_result_init(&res);
@@ -320,7 +321,7 @@ static void test_auto_worker_stops_forwarding_after_wide_ids(void **state)
     kvr_worker *w = rt_register(f->ix, 1, BS, KVR_MM_AUTO, -1, false, NULL);
     uint32_t t[N];
     request_tokens(t, 8);
-    kvr_mm_item item = {8, 12, true, MM_HASH};
+    kvr_mm_item item = ITEM(8, 12, true, MM_HASH);
     kvr_query_request q = rt_request(t, N, &item, 1);
     kvr_query_result res;
     kvr_query_result_init(&res);
