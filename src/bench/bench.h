@@ -72,6 +72,8 @@ typedef struct {
     /* sequential replay on one thread */
     double seconds;
     double cpu_seconds; /* thread CPU time of the replay (robust on a busy machine) */
+    double sys_seconds; /* of which in the kernel (page faults of a growing index) */
+    uint64_t page_faults; /* minor faults during the replay */
     uint64_t events, matches, event_blocks, match_blocks;
     uint64_t parent_not_found, unknown_removes;
     double match_p50_us, match_p99_us, match_max_us;

@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "mock/clock.h"
@@ -159,8 +160,14 @@ int kvr_bench_replay_coalesced(const kvr_bench_stream *s, uint32_t coalesce, kvr
     kvr_index_stats base;
     kvr_index_stats_get(idx, &base);
     r->bytes_baseline = base.bytes;
+    struct rusage u0, u1;
+    getrusage(RUSAGE_THREAD, &u0);
     double t0 = kvr_sim_seconds(CLOCK_MONOTONIC), c0 = kvr_sim_seconds(CLOCK_THREAD_CPUTIME_ID);
     replay_ops(idx, ctx, s, owners, coalesce, scratch, lat, r);
+    getrusage(RUSAGE_THREAD, &u1);
+    r->page_faults = (uint64_t)(u1.ru_minflt - u0.ru_minflt);
+    r->sys_seconds = (double)(u1.ru_stime.tv_sec - u0.ru_stime.tv_sec) +
+                     (double)(u1.ru_stime.tv_usec - u0.ru_stime.tv_usec) * 1e-6;
     r->seconds = kvr_sim_seconds(CLOCK_MONOTONIC) - t0;
     r->cpu_seconds = kvr_sim_seconds(CLOCK_THREAD_CPUTIME_ID) - c0;
     kvr_index_stats_get(idx, &r->stats);

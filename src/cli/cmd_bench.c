@@ -177,8 +177,9 @@ int kvr_cmd_bench(int argc, char **argv)
                coalesce);
     printf("replay      1 thread: %.3f s wall, %.0f ops/s, %.0f block ops/s\n", r.seconds, ops,
            block_ops);
-    printf("            %.3f s cpu: %.0f ops/cpu-s, %.0f block ops/cpu-s\n", r.cpu_seconds, cpu_ops,
-           cpu_block_ops);
+    printf("            %.3f s cpu: %.0f ops/cpu-s, %.0f block ops/cpu-s; %.3f s of it in the kernel, "
+           "%" PRIu64 " page faults\n",
+           r.cpu_seconds, cpu_ops, cpu_block_ops, r.sys_seconds, r.page_faults);
     printf("events      %" PRIu64 " blocks, parent_not_found %" PRIu64
            ", unknown removes %" PRIu64 "\n",
            r.event_blocks, r.parent_not_found, r.unknown_removes);
@@ -222,7 +223,8 @@ int kvr_cmd_bench(int argc, char **argv)
            "\"bytes_per_block\": %.2f, \"peak_rss_mb\": %.1f, \"checksum\": %" PRIu64,
            ops, block_ops, r.events, r.matches, r.match_p50_us, r.match_p99_us, bpb, rss_mb,
            r.checksum);
-    printf(", \"ops_per_cpu_s\": %.0f, \"block_ops_per_cpu_s\": %.0f", cpu_ops, cpu_block_ops);
+    printf(", \"ops_per_cpu_s\": %.0f, \"block_ops_per_cpu_s\": %.0f, \"replay_sys_s\": %.4f, \"replay_page_faults\": %" PRIu64,
+           cpu_ops, cpu_block_ops, r.sys_seconds, r.page_faults);
     printf(", \"match%d_p50_us\": %.3f, \"match%d_p99_us\": %.3f", KVR_BENCH_SHORT,
            r.short_p50_us, KVR_BENCH_SHORT, r.short_p99_us);
     printf(", \"match%d_fastest_p50_us\": %.3f, \"match%d_fastest_p99_us\": %.3f",

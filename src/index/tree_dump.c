@@ -17,9 +17,26 @@ typedef struct {
     uint64_t handle;
 } conn;
 
+/* Block-level tree walk over runs (tree_internal.h): inside a run a block's
+ * only child is the next one; at a run's end the children are the first
+ * blocks of the child runs, siblings of each other. */
+static uint32_t first_child(const kvr_index *idx, uint32_t b)
+{
+    const kvr_run *r = &KVR_RUN(idx, KVR_RUNOF(idx, b));
+    if (b + 1 < kvr_run_end(r))
+        return b + 1;
+    return r->first_child ? KVR_RUN(idx, r->first_child).start : KVR_NIL;
+}
+
+static uint32_t next_sibling(const kvr_index *idx, uint32_t b)
+{
+    const kvr_run *r = &KVR_RUN(idx, KVR_RUNOF(idx, b));
+    return b == r->start && kvr_run_next(r) ? KVR_RUN(idx, kvr_run_next(r)).start : KVR_NIL;
+}
+
 typedef struct {
-    uint32_t node, next_child;
-    size_t off, len; /* this node's connected owners in the arena */
+    uint32_t block, next_child;
+    size_t off, len; /* this block's connected owners in the arena */
 } frame;
 
 /* One emitted chain holds at most the wire bound on hashes per event (SPEC §3). */
@@ -29,7 +46,7 @@ typedef struct {
     uint64_t *e, *l;
     size_t n, cap;
     uint64_t parent, seq;
-    uint32_t last; /* node of the last block */
+    uint32_t last; /* the last block */
     bool active, has_parent;
 } chain;
 
@@ -94,7 +111,7 @@ static void flush_owner(kvr_index *idx, walk *w, uint32_t owner)
     }
 }
 
-/* Adds node x (child of p, parent handle pc) for the owner of c. */
+/* Adds block x (child of p, parent handle pc) for the owner of c. */
 static void emit(kvr_index *idx, walk *w, uint32_t x, uint32_t p, const conn *c, const conn *pc)
 {
     uint32_t owner = kvr_oset_owner(c->entry);
@@ -124,15 +141,15 @@ static void emit(kvr_index *idx, walk *w, uint32_t x, uint32_t p, const conn *c,
             ch->cap = ncap;
         }
         ch->e[ch->n] = c->handle;
-        ch->l[ch->n++] = KVR_NODE(idx, x).local;
+        ch->l[ch->n++] = KVR_LOCAL(idx, x);
         ch->last = x;
     }
 }
 
-/* Pushes node x's frame: the owners of x connected through its parent. */
+/* Pushes block x's frame: the owners of x connected through its parent. */
 static int enter(kvr_index *idx, walk *w, uint32_t x, const frame *parent)
 {
-    const kvr_oset *o = kvr_osets_get(&idx->sets, KVR_NODE(idx, x).set);
+    const kvr_oset *o = kvr_osets_get(&idx->sets, kvr_tree_set_of(idx, x));
     const uint32_t *e = kvr_oset_entries(o);
     if (reserve((void **)&w->a, &w->cap, w->len + o->len, sizeof *w->a) < 0 ||
         reserve((void **)&w->f, &w->fcap, w->flen + 1, sizeof *w->f) < 0)
@@ -155,9 +172,9 @@ static int enter(kvr_index *idx, walk *w, uint32_t x, const frame *parent)
         conn *c = &w->a[w->len++];
         c->entry = e[k];
         c->handle = kvr_tree_handle(idx, owner, x, e[k]);
-        emit(idx, w, x, parent ? parent->node : KVR_ROOT, c, pc);
+        emit(idx, w, x, parent ? parent->block : KVR_ROOT, c, pc);
     }
-    w->f[w->flen++] = (frame){x, KVR_NODE(idx, x).first_child, off, w->len - off};
+    w->f[w->flen++] = (frame){x, first_child(idx, x), off, w->len - off};
     return w->oom ? -1 : 0;
 }
 
@@ -168,7 +185,7 @@ void kvr_index_dump(kvr_index *idx, kvr_dump_fn fn, void *user)
     w.oc = calloc(idx->n_owners ? idx->n_owners : 1, sizeof *w.oc);
     if (!w.oc)
         goto out;
-    for (uint32_t top = KVR_NODE(idx, KVR_ROOT).first_child; top; top = KVR_NODE(idx, top).next) {
+    for (uint32_t top = first_child(idx, KVR_ROOT); top; top = next_sibling(idx, top)) {
         if (enter(idx, &w, top, NULL) < 0)
             goto out;
         while (w.flen) {
@@ -179,7 +196,7 @@ void kvr_index_dump(kvr_index *idx, kvr_dump_fn fn, void *user)
                 continue;
             }
             uint32_t c = f->next_child;
-            f->next_child = KVR_NODE(idx, c).next;
+            f->next_child = next_sibling(idx, c);
             frame parent = *f; /* enter may move the frame array */
             if (enter(idx, &w, c, &parent) < 0)
                 goto out;

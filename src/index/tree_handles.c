@@ -1,118 +1,123 @@
-#include "index/tree_handles.h"
-
+/* Engine hashes -> blocks (tree_internal.h, "Handles"): the engine table
+ * of creator hashes, the owners' exception handles, and the lookup of the
+ * block an owner calls by a hash. */
 #include <stdlib.h>
 
-#define MIN_CAP 8u
+#include "index/tree_internal.h"
 
-void kvr_handles_init(kvr_handles *m)
+static uint64_t exc_key(uint32_t owner, uint32_t b) { return (uint64_t)owner << 32 | b; }
+
+/* The block the owner calls e through an exception handle, KVR_NIL if none. */
+static uint32_t exc_search(const kvr_index *idx, uint32_t owner, uint64_t e, uint32_t fp)
 {
-    m->slots = NULL;
-    m->cap = m->len = 0;
-}
-
-void kvr_handles_free(kvr_handles *m)
-{
-    free(m->slots);
-    kvr_handles_init(m);
-}
-
-size_t kvr_handles_len(const kvr_handles *m) { return m->len; }
-size_t kvr_handles_bytes(const kvr_handles *m) { return (size_t)m->cap * sizeof(kvr_handle_slot); }
-
-/* Slot holding key, or UINT32_MAX. */
-static uint32_t find(const kvr_handles *m, uint64_t key, kvr_handle_check check, const void *ctx)
-{
-    if (m->cap == 0)
-        return UINT32_MAX;
-    uint32_t fp = kvr_handle_fp(key);
-    for (uint32_t i = kvr_fastrange(fp, m->cap);; i = kvr_probe_next(i, m->cap)) {
-        const kvr_handle_slot *s = &m->slots[i];
-        if (!s->node)
-            return UINT32_MAX;
-        if (s->fp == fp && check(ctx, s->node, key))
-            return i;
+    const kvr_idtab *x = &idx->owners[owner].exc;
+    for (uint32_t i = kvr_idtab_home(x, fp); x->slot[i]; i = kvr_probe_next(i, x->cap)) {
+        if (kvr_idtab_fp(x->slot[i]) != fp)
+            continue;
+        uint32_t b = kvr_idtab_id(x->slot[i]);
+        uint64_t v;
+        if (kvr_u64map_get(&idx->exc, exc_key(owner, b), &v) && v == e)
+            return b;
     }
+    return KVR_NIL;
 }
 
-uint32_t kvr_handles_get(const kvr_handles *m, uint64_t key, kvr_handle_check check,
-                         const void *ctx)
+static inline uint32_t exc_find(const kvr_index *idx, uint32_t owner, uint64_t e, uint32_t fp)
 {
-    uint32_t i = find(m, key, check, ctx);
-    return i == UINT32_MAX ? KVR_HANDLE_NONE : m->slots[i].node;
+    return idx->owners[owner].exc.len ? exc_search(idx, owner, e, fp) : KVR_NIL;
 }
 
-static void place(kvr_handle_slot *slots, uint32_t cap, kvr_handle_slot s)
+/* Whether the owner holds block b under its creator hash. */
+static inline bool holds_plain(const kvr_index *idx, uint32_t owner, uint32_t b, uint32_t *entry)
 {
-    uint32_t j = kvr_fastrange(s.fp, cap);
-    while (slots[j].node)
-        j = kvr_probe_next(j, cap);
-    slots[j] = s;
+    uint32_t en = kvr_tree_entry(idx, b, owner);
+    *entry = en;
+    return en && !(en & KVR_OSET_EXC);
 }
 
-static int resize(kvr_handles *m, uint32_t new_cap)
+uint32_t kvr_tree_lookup(const kvr_index *idx, uint32_t owner, uint64_t e, uint32_t *entry)
 {
-    kvr_handle_slot *slots = NULL;
-    if (new_cap) {
-        slots = calloc(new_cap, sizeof *slots);
-        if (!slots)
-            return -1;
-        for (uint32_t i = 0; i < m->cap; i++)
-            if (m->slots[i].node)
-                place(slots, new_cap, m->slots[i]);
+    uint32_t fp = kvr_engine_fp(e);
+    uint32_t b = exc_find(idx, owner, e, fp);
+    if (b) {
+        *entry = kvr_tree_entry(idx, b, owner);
+        return b;
     }
-    free(m->slots);
-    m->slots = slots;
-    m->cap = new_cap;
-    return 0;
+    const kvr_idtab *t = &idx->engine;
+    if (!t->cap)
+        return KVR_NIL;
+    /* a block's creator hash is the owner's handle for it unless the owner
+     * names it otherwise (then the exception table had it) */
+    for (uint32_t i = kvr_idtab_home(t, fp); t->slot[i]; i = kvr_probe_next(i, t->cap)) {
+        uint64_t s = t->slot[i];
+        if (kvr_idtab_fp(s) == fp && KVR_ENGINE(idx, kvr_idtab_id(s)) == e &&
+            holds_plain(idx, owner, kvr_idtab_id(s), entry))
+            return kvr_idtab_id(s);
+    }
+    return KVR_NIL;
 }
 
-int kvr_handles_add(kvr_handles *m, uint64_t key, uint32_t node)
+uint32_t kvr_tree_engine_add(kvr_index *idx, uint32_t owner, uint32_t b)
 {
-    /* max load 85% and 1.5x growth: one entry per ownership, so the load
-     * factor is most of the index's bytes per ownership */
-    if ((uint64_t)(m->len + 1) * 20 > (uint64_t)m->cap * 17 &&
-        resize(m, m->cap ? m->cap + m->cap / 2 : MIN_CAP) < 0)
+    uint64_t e = KVR_ENGINE(idx, b);
+    uint32_t fp = kvr_engine_fp(e);
+    uint32_t x = exc_find(idx, owner, e, fp);
+    if (x)
+        return x;
+    kvr_idtab *t = &idx->engine;
+    if (kvr_idtab_room(t) < 0)
+        abort(); /* an ownership without its handle could never be removed */
+    /* one walk: the owner's block under e if it has one, other blocks with
+     * creator hash e, and the empty slot the new entry goes to */
+    bool other = false;
+    uint32_t i = kvr_idtab_home(t, fp), entry;
+    for (; t->slot[i]; i = kvr_probe_next(i, t->cap)) {
+        uint64_t s = t->slot[i];
+        if (kvr_idtab_fp(s) != fp || KVR_ENGINE(idx, kvr_idtab_id(s)) != e)
+            continue;
+        if (holds_plain(idx, owner, kvr_idtab_id(s), &entry))
+            return kvr_idtab_id(s);
+        other = true;
+    }
+    idx->engine_dups += other;
+    kvr_idtab_put_at(t, kvr_idtab_slot(fp, b), i);
+    return KVR_NIL;
+}
+
+void kvr_tree_engine_del(kvr_index *idx, uint32_t b)
+{
+    kvr_idtab *t = &idx->engine;
+    uint64_t e = KVR_ENGINE(idx, b);
+    uint32_t fp = kvr_engine_fp(e);
+    if (idx->engine_dups) {
+        for (uint32_t i = kvr_idtab_home(t, fp); t->slot[i]; i = kvr_probe_next(i, t->cap)) {
+            uint32_t x = kvr_idtab_id(t->slot[i]);
+            if (kvr_idtab_fp(t->slot[i]) == fp && x != b && KVR_ENGINE(idx, x) == e) {
+                idx->engine_dups--;
+                break;
+            }
+        }
+    }
+    kvr_idtab_del(t, kvr_idtab_slot(fp, b));
+}
+
+int kvr_tree_exc_add(kvr_index *idx, uint32_t owner, uint32_t b, uint64_t e)
+{
+    if (kvr_u64map_put(&idx->exc, exc_key(owner, b), e) < 0)
         return -1;
-    place(m->slots, m->cap, (kvr_handle_slot){kvr_handle_fp(key), node});
-    m->len++;
+    if (kvr_idtab_add(&idx->owners[owner].exc, kvr_idtab_slot(kvr_engine_fp(e), b)) < 0) {
+        kvr_u64map_del(&idx->exc, exc_key(owner, b), NULL);
+        return -1;
+    }
     return 0;
 }
 
-bool kvr_handles_del(kvr_handles *m, uint64_t key, uint32_t node)
+void kvr_tree_exc_del(kvr_index *idx, uint32_t owner, uint32_t b)
 {
-    if (m->cap == 0)
-        return false;
-    uint32_t fp = kvr_handle_fp(key);
-    uint32_t i = kvr_fastrange(fp, m->cap);
-    while (m->slots[i].fp != fp || m->slots[i].node != node) {
-        if (!m->slots[i].node)
-            return false;
-        i = kvr_probe_next(i, m->cap);
-    }
-    uint32_t hole = i;
-    for (uint32_t j = kvr_probe_next(i, m->cap); m->slots[j].node; j = kvr_probe_next(j, m->cap)) {
-        if (!kvr_probe_stays(hole, j, kvr_fastrange(m->slots[j].fp, m->cap))) {
-            m->slots[hole] = m->slots[j];
-            hole = j;
-        }
-    }
-    m->slots[hole] = (kvr_handle_slot){0, 0};
-    m->len--;
-    if (m->len == 0)
-        resize(m, 0);
-    else if (m->cap > MIN_CAP && m->len * 8 < m->cap)
-        resize(m, m->cap / 2); /* on OOM keep the larger table */
-    return true;
-}
-
-bool kvr_handles_next(const kvr_handles *m, size_t *it, uint32_t *node)
-{
-    while (*it < m->cap) {
-        const kvr_handle_slot *s = &m->slots[(*it)++];
-        if (s->node) {
-            *node = s->node;
-            return true;
-        }
-    }
-    return false;
+    uint64_t e;
+    if (!kvr_u64map_del(&idx->exc, exc_key(owner, b), &e))
+        return;
+    kvr_idtab *x = &idx->owners[owner].exc;
+    kvr_idtab_del(x, kvr_idtab_slot(kvr_engine_fp(e), b));
+    kvr_idtab_reserve(x, 0); /* shrinks a sparse table; on OOM it stays */
 }

@@ -64,16 +64,9 @@ static int rebuild(kvr_ids *a, uint32_t new_cap)
     return 0;
 }
 
-bool kvr_ids_used(const kvr_ids *a, uint32_t id)
-{
-    return id < a->cap && (a->bits[id / 64] >> (id % 64) & 1);
-}
-
 uint32_t kvr_ids_get(kvr_ids *a)
 {
     if (a->count == a->cap) {
-        /* 1.25x growth: the node array is the largest structure and its
-         * capacity follows this one */
         uint32_t ncap = a->cap ? a->cap * 2 : MIN_CAP;
         if (a->cap >= MAX_CAP || rebuild(a, ncap) < 0)
             return UINT32_MAX;
@@ -81,20 +74,11 @@ uint32_t kvr_ids_get(kvr_ids *a)
     uint32_t w = 0;
     for (int l = a->nlevels - 1; l >= 0; l--)
         w = w * 64 + (uint32_t)__builtin_ctzll(~a->bits[a->off[l] + w]);
-    uint32_t id = w;
-    /* mark used, propagating "full" upward */
-    uint32_t idx = id;
-    for (int l = 0; l < a->nlevels; l++) {
-        uint64_t *word = &a->bits[a->off[l] + idx / 64];
-        *word |= 1ULL << (idx % 64);
-        if (*word != ~0ULL)
-            break;
-        idx /= 64;
-    }
+    kvr_ids_mark(a, w);
     a->count++;
-    if (id >= a->top)
-        a->top = id + 1;
-    return id;
+    if (w >= a->top)
+        a->top = w + 1;
+    return w;
 }
 
 void kvr_ids_put(kvr_ids *a, uint32_t id)

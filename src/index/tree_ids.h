@@ -21,12 +21,38 @@ typedef struct {
 
 void kvr_ids_init(kvr_ids *a);
 void kvr_ids_free(kvr_ids *a);
-/* Lowest free id; grows cap by 1.25x when full. UINT32_MAX on OOM or
+/* Lowest free id; doubles cap when full. UINT32_MAX on OOM or
  * exhaustion. Callers compare a->cap with their arrays afterwards. */
 uint32_t kvr_ids_get(kvr_ids *a);
+static inline bool kvr_ids_used(const kvr_ids *a, uint32_t id)
+{
+    return id < a->cap && (a->bits[id / 64] >> (id % 64) & 1);
+}
+/* Marks a free id used, propagating "full" upward. */
+static inline void kvr_ids_mark(kvr_ids *a, uint32_t id)
+{
+    for (int l = 0; l < a->nlevels; l++) {
+        uint64_t *word = &a->bits[a->off[l] + id / 64];
+        *word |= 1ULL << (id % 64);
+        if (*word != ~0ULL)
+            break;
+        id /= 64;
+    }
+}
+/* Takes this id if it is free and below cap (a caller that wants ids next
+ * to each other asks for the neighbour first). */
+static inline bool kvr_ids_take(kvr_ids *a, uint32_t id)
+{
+    if (kvr_ids_used(a, id) || id >= a->cap)
+        return false;
+    kvr_ids_mark(a, id);
+    a->count++;
+    if (id >= a->top)
+        a->top = id + 1;
+    return true;
+}
 /* Frees id; may shrink cap when the top half is free. */
 void kvr_ids_put(kvr_ids *a, uint32_t id);
-bool kvr_ids_used(const kvr_ids *a, uint32_t id);
 size_t kvr_ids_bytes(const kvr_ids *a);
 
 #endif

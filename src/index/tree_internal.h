@@ -1,51 +1,84 @@
 /* Internal layout of the prefix index (include/kvrouter/index.h), shared by
- * tree.c (mutations), tree_match.c and tree_dump.c.
+ * the tree*.c files: tree.c (lifecycle, owners, lock, sizing, stats),
+ * tree_handles.c (engine hashes -> blocks), tree_runs.c (block and run
+ * storage, splits, merges, reclamation), tree_events.c (store, remove,
+ * clear), tree_match.c and tree_dump.c.
  *
- * Nodes are addressed by u32 ids (0 is the root), allocated lowest-id-first
- * so their chunks are released again after churn. Children are found
- * through one global open-addressing table keyed by (parent id, local hash);
- * sibling links exist for subtree reclamation and dumps. A node's owners are
- * an interned set (tree_sets.h). Each owner maps its engine hashes to nodes
- * (tree_handles.h); the node keeps the engine hash of the owner that created
- * it, and an owner whose engine hash differs keeps it in `exc`, so the usual
- * case (every engine hashes a prefix the same way) costs no extra bytes. */
+ * Blocks and runs. Every indexed block has a u32 id and keeps its local
+ * (router) hash, the engine hash of the owner that created it and its run.
+ * A run is a chain of blocks with consecutive ids [start, start + len),
+ * each the only child of the one before, that all have the same owners
+ * (one interned owner set, tree_sets.h): the compressed edge of a radix
+ * tree. So a chain costs 20 bytes per block, and owner sets, child links
+ * and child-table slots are paid per run. Children hang off the last block
+ * of a run; they are runs, found through the child table by (parent block,
+ * first local hash) and linked as siblings for reclamation and dumps.
+ * Block 0 and run 0 are the root. A store that continues a chain takes the
+ * next block id when it is free, so a chain stays one run; a store or a
+ * removal that changes the owners of part of a run splits it, and
+ * neighbours left with equal owners and consecutive ids merge again.
+ *
+ * Handles. An owner names each of its blocks by an engine hash. The engine
+ * table maps each block's creator hash to the block, so an owner holding a
+ * block under that hash (the usual case: every engine hashes a prefix the
+ * same way) costs nothing beyond its set entry. An owner whose hash differs
+ * keeps it in `exc` ((owner, block) -> hash) and in its own table of
+ * exception handles; the set entry carries KVR_OSET_EXC.
+ *
+ * Ids are handed out lowest first (tree_ids.h), so the chunks holding
+ * blocks and runs are released again after churn. */
 #ifndef KVR_INDEX_TREE_INTERNAL_H
 #define KVR_INDEX_TREE_INTERNAL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
-#include <sys/mman.h>
 
-#include "index/tree_handles.h"
 #include "index/tree_ids.h"
 #include "index/tree_sets.h"
+#include "index/tree_table.h"
 #include "kvrouter/index.h"
 #include "util/u64map.h"
 
-#define KVR_ROOT 0u
-#define KVR_NIL 0u /* no node: the root is never a child or a sibling */
+#define KVR_ROOT 0u /* the root block, and the root run */
+#define KVR_NIL 0u  /* no block, no run: the root is never a child */
+
+#define KVR_CHUNK_BITS 10
+#define KVR_CHUNK (1u << KVR_CHUNK_BITS)
+#define KVR_CHUNK_MASK (KVR_CHUNK - 1)
 
 typedef struct {
-    uint64_t local;  /* router block hash */
-    uint64_t engine; /* engine hash of the creating owner */
-    uint32_t parent, first_child, next, prev;
-    uint32_t set;    /* owner set; KVR_OSET_EMPTY marks a free node (and the root) */
-    uint32_t tag;    /* kvr_chain_tag of the path from the root: locates it in the child table */
-} kvr_node;
+    uint64_t local[KVR_CHUNK];
+    uint64_t engine[KVR_CHUNK]; /* the creating owner's engine hash */
+    uint32_t run[KVR_CHUNK];
+} kvr_block_chunk;
 
-/* Nodes live in fixed chunks, allocated as the highest live id grows and
- * freed as it falls: no reallocation copies of a large array, and memory
- * follows the live node count closely (ids are handed out lowest first). */
-#define KVR_NODE_CHUNK_BITS 13
-#define KVR_NODE_CHUNK (1u << KVR_NODE_CHUNK_BITS)
-#define KVR_NODE(idx, id) ((idx)->chunks[(id) >> KVR_NODE_CHUNK_BITS][(id) & (KVR_NODE_CHUNK - 1)])
+/* A run is on two doubly-linked lists: its siblings (headed by the parent
+ * run's first_child) and the runs with its set (headed by kvr_oset.runs). */
+enum { KVR_SIBLINGS, KVR_SAME_SET };
+typedef struct {
+    uint32_t next, prev;
+} kvr_link;
+
+typedef struct {
+    uint32_t start, len;  /* blocks [start, start + len); len 0: a free run */
+    uint32_t parent;      /* block the run hangs off (KVR_ROOT at the top) */
+    uint32_t set;         /* owners of every block of the run */
+    uint32_t first_child; /* runs under the last block */
+    kvr_link link[2];     /* KVR_SIBLINGS, KVR_SAME_SET */
+} kvr_run;
+
+static inline uint32_t kvr_run_next(const kvr_run *r) { return r->link[KVR_SIBLINGS].next; }
+
+typedef struct {
+    kvr_run at[KVR_CHUNK];
+} kvr_run_chunk;
 
 typedef struct {
     uint64_t worker_id;
     uint32_t dp_rank;
     uint32_t next_rank; /* next owner of the same worker, KVR_OWNER_NONE ends */
     uint64_t blocks;    /* ownerships of this owner */
-    kvr_handles handles;
+    kvr_idtab exc;      /* exception handles: fp(engine hash) -> block */
 } kvr_owner_rec;
 
 /* (worker, rank) by owner id, apart from the records: match results read
@@ -59,7 +92,7 @@ struct kvr_index {
     pthread_rwlock_t lock;
     /* Bumped each time a writer takes `lock`: a writer that traded its
      * write lock for a read lock to rebuild a large table while matches go
-     * on (kvr_tree_child_fit) learns whether another writer came between. */
+     * on (kvr_tree_fit) learns whether another writer came between. */
     uint64_t write_epoch;
     uint64_t uid; /* distinct per index created in this process (match ctx caches) */
     /* Matches blocked behind a writer. The lock prefers writers, so an
@@ -67,109 +100,162 @@ struct kvr_index {
      * matches; a writer lets waiting readers in before its next event or
      * slice of events (kvr_index_write_yield). */
     atomic_uint readers_waiting;
-    kvr_node **chunks; /* node id -> chunks[id >> KVR_NODE_CHUNK_BITS][id & mask] */
-    uint32_t n_chunks, chunks_cap;
-    kvr_ids node_ids;
-    uint64_t *child; /* slot: tag << 32 | node id (see kvr_chain_tag); 0 = empty */
-    uint32_t child_cap, child_len;
+    kvr_block_chunk **blocks;
+    kvr_run_chunk **runs;
+    uint32_t n_bchunks, bchunks_cap, n_rchunks, rchunks_cap;
+    kvr_ids block_ids, run_ids;
+    kvr_idtab child;       /* runs by fp(parent block, first local hash) */
+    kvr_idtab engine;      /* blocks by fp(engine hash of their creator) */
+    /* Live blocks whose creator hash another live block also has (counted
+     * when a block joins or leaves the engine table). While 0, a block's
+     * creator hash names that block only, and stores skip the check that
+     * the owner holds the hash elsewhere. */
+    uint64_t engine_dups;
     kvr_osets sets;
     kvr_owner_rec *owners;
     kvr_owner_key *owner_keys; /* owners_cap entries */
     uint32_t n_owners, owners_cap;
     kvr_u64map by_worker; /* worker id -> first owner of it */
-    kvr_u64map exc;       /* owner << 32 | node -> engine hash when != node->engine */
+    kvr_u64map exc;       /* owner << 32 | block -> engine hash when != the block's */
     uint64_t ownerships;
-    uint32_t *stack;      /* reclamation scratch */
+    uint32_t *stack;      /* reclamation scratch (run ids) */
     size_t stack_cap;
+    /* Tables replaced under the write lock, freed once it is released:
+     * unmapping a large table takes milliseconds that matches would wait. */
+    uint64_t *retired[4];
+    uint32_t n_retired;
 };
 
-/* The node array and the child table are probed at random: with 4 KiB pages
- * nearly every probe also misses the TLB. Ask for transparent huge pages on
- * the big ones (a hint; ignored where THP is off). */
-static inline void kvr_hugepage_hint(void *p, size_t bytes)
+static inline kvr_block_chunk *kvr_bchunk(const struct kvr_index *idx, uint32_t b)
 {
-    const uintptr_t huge = 2u << 20;
-    if (bytes < 2 * huge)
-        return;
-    uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1);
-    uintptr_t b = ((uintptr_t)p + bytes) & ~(huge - 1);
-    if (b > a)
-        madvise((void *)a, b - a, MADV_HUGEPAGE);
+    return idx->blocks[b >> KVR_CHUNK_BITS];
+}
+#define KVR_LOCAL(idx, b) (kvr_bchunk(idx, b)->local[(b) & KVR_CHUNK_MASK])
+#define KVR_ENGINE(idx, b) (kvr_bchunk(idx, b)->engine[(b) & KVR_CHUNK_MASK])
+#define KVR_RUNOF(idx, b) (kvr_bchunk(idx, b)->run[(b) & KVR_CHUNK_MASK])
+#define KVR_RUN(idx, r) ((idx)->runs[(r) >> KVR_CHUNK_BITS]->at[(r) & KVR_CHUNK_MASK])
+
+static inline uint32_t kvr_run_end(const kvr_run *r) { return r->start + r->len; }
+
+static inline bool kvr_tree_block_live(const struct kvr_index *idx, uint32_t b)
+{
+    return kvr_ids_used(&idx->block_ids, b);
 }
 
-#define KVR_ROOT_TAG 0x6b76723fu
-
-/* Child table slots hold (tag << 32 | node id). A node's tag is a 32-bit
- * hash chained over the local hashes of its path, so the slot of block i of
- * a request is known before block i-1 is found: matches and stores prefetch
- * slots ahead instead of paying one dependent cache miss per block. The tag
- * also gives the home slot, so probing, deletion and resizing touch node
- * memory only to confirm a tag match (parent and local must both agree,
- * so tag collisions are harmless). */
-static inline uint32_t kvr_chain_tag(uint32_t parent_tag, uint64_t local)
+/* Fingerprints: tests use small integers as hashes, so both are mixed. */
+static inline uint32_t kvr_child_fp(uint32_t parent, uint64_t local)
 {
-    return (uint32_t)(kvr_mix64(local + (uint64_t)parent_tag * 0x9E3779B97F4A7C15ULL) >> 32);
+    return (uint32_t)(kvr_mix64(local + (uint64_t)parent * 0x9E3779B97F4A7C15ULL) >> 32);
 }
+static inline uint32_t kvr_engine_fp(uint64_t engine) { return (uint32_t)(kvr_mix64(engine) >> 32); }
 
-static inline const uint64_t *kvr_child_home(const struct kvr_index *idx, uint32_t tag)
+/* Child run of block `parent` whose first block has this local hash. */
+static inline uint32_t kvr_tree_child_run(const struct kvr_index *idx, uint32_t parent,
+                                          uint64_t local)
 {
-    return &idx->child[kvr_fastrange(tag, idx->child_cap)];
-}
-
-/* Child of parent with this local hash and tag, KVR_NIL if none. */
-static inline uint32_t kvr_tree_child_tagged(const struct kvr_index *idx, uint32_t parent,
-                                             uint64_t local, uint32_t tag)
-{
-    if (!idx->child_cap)
+    const kvr_idtab *t = &idx->child;
+    if (!t->cap)
         return KVR_NIL;
-    for (uint32_t i = kvr_fastrange(tag, idx->child_cap);; i = kvr_probe_next(i, idx->child_cap)) {
-        uint64_t s = idx->child[i];
-        if (!s)
-            return KVR_NIL;
-        if ((uint32_t)(s >> 32) == tag) {
-            const kvr_node *nd = &KVR_NODE(idx, (uint32_t)s);
-            if (nd->local == local && nd->parent == parent)
-                return (uint32_t)s;
+    uint32_t fp = kvr_child_fp(parent, local);
+    for (uint32_t i = kvr_idtab_home(t, fp); t->slot[i]; i = kvr_probe_next(i, t->cap)) {
+        uint64_t s = t->slot[i];
+        if (kvr_idtab_fp(s) == fp) {
+            const kvr_run *r = &KVR_RUN(idx, kvr_idtab_id(s));
+            if (r->parent == parent && KVR_LOCAL(idx, r->start) == local)
+                return kvr_idtab_id(s);
         }
     }
+    return KVR_NIL;
 }
 
-static inline uint32_t kvr_tree_child(const struct kvr_index *idx, uint32_t parent, uint64_t local)
+/* The child of block cur with this local hash, KVR_NIL if none. Inside a
+ * run it is the next block. At a run's end the next id is tried first (a
+ * chain stored in one event has consecutive ids, and keeps them when a
+ * later store splits it), then the child table. */
+static inline uint32_t kvr_tree_child(const struct kvr_index *idx, uint32_t cur, uint64_t local)
 {
-    return kvr_tree_child_tagged(idx, parent, local, kvr_chain_tag(KVR_NODE(idx, parent).tag, local));
+    const kvr_run *r = &KVR_RUN(idx, KVR_RUNOF(idx, cur));
+    uint32_t x = cur + 1;
+    if (x < kvr_run_end(r))
+        return KVR_LOCAL(idx, x) == local ? x : KVR_NIL;
+    if (kvr_ids_used(&idx->block_ids, x)) {
+        const kvr_run *c = &KVR_RUN(idx, KVR_RUNOF(idx, x));
+        if (c->start == x && c->parent == cur && KVR_LOCAL(idx, x) == local)
+            return x;
+    }
+    uint32_t c = kvr_tree_child_run(idx, cur, local);
+    return c ? KVR_RUN(idx, c).start : KVR_NIL;
 }
 
-/* Engine hash by which owner refers to node (entry: its set entry). */
-static inline uint64_t kvr_tree_handle(const struct kvr_index *idx, uint32_t owner, uint32_t node,
+static inline uint32_t kvr_tree_set_of(const struct kvr_index *idx, uint32_t b)
+{
+    return KVR_RUN(idx, KVR_RUNOF(idx, b)).set;
+}
+/* The owner's entry on block b, 0 if it holds none. */
+static inline uint32_t kvr_tree_entry(const struct kvr_index *idx, uint32_t b, uint32_t owner)
+{
+    return kvr_osets_find(&idx->sets, kvr_tree_set_of(idx, b), owner);
+}
+
+/* Engine hash by which owner refers to block b (entry: its set entry). */
+static inline uint64_t kvr_tree_handle(const struct kvr_index *idx, uint32_t owner, uint32_t b,
                                        uint32_t entry)
 {
     if (entry & KVR_OSET_EXC) {
         uint64_t v = 0;
-        kvr_u64map_get(&idx->exc, (uint64_t)owner << 32 | node, &v);
+        kvr_u64map_get(&idx->exc, (uint64_t)owner << 32 | b, &v);
         return v;
     }
-    return KVR_NODE(idx, node).engine;
+    return KVR_ENGINE(idx, b);
 }
 
-/* tree.c: takes `lock` for writing (letting queued matches in first). */
+/* tree.c: the write lock. kvr_tree_write_lock lets queued matches in
+ * first; kvr_tree_write_unlock frees retired tables after releasing. */
 void kvr_tree_write_lock(struct kvr_index *idx);
+void kvr_tree_write_unlock(struct kvr_index *idx);
+/* Called by a writer before an event changes anything: sizes the engine
+ * table for `blocks` new blocks and the child table for `runs` new runs
+ * (or shrinks them after removals). Large tables are rebuilt under a read
+ * lock instead of the write lock: rehashing millions of slots takes
+ * ~100 ms, and matches keep reading the unchanged old tables meanwhile.
+ * -1 on OOM (the old tables stay; inserts then grow them in place). */
+int kvr_tree_fit(struct kvr_index *idx, uint32_t blocks, uint32_t runs);
 
-/* tree_nodes.c: node chunks and the child table. */
-/* Called by a writer before an event changes anything: sizes the child
- * table for `more` new nodes (or shrinks it after removals). A large table
- * is rebuilt under a read lock instead of the write lock: rehashing
- * millions of slots takes ~100 ms, and matches keep reading the unchanged
- * old table meanwhile. -1 on OOM (the old table stays; inserts then grow
- * it inline). */
-int kvr_tree_child_fit(struct kvr_index *idx, uint32_t more);
-/* Makes the chunks follow the id allocator's top (after kvr_ids_get/put). */
-int kvr_tree_sync_nodes(struct kvr_index *idx);
-/* A new node under parent with no owners yet: the caller gives it one.
+/* tree_handles.c: engine hashes -> blocks. */
+/* The block the owner calls e, KVR_NIL if none; *entry gets its entry. */
+uint32_t kvr_tree_lookup(const struct kvr_index *idx, uint32_t owner, uint64_t e,
+                         uint32_t *entry);
+/* Adds block b (its engine hash set), which the owner is about to hold
+ * under that hash, to the engine table, unless the owner already calls
+ * another block so: then returns that block and adds nothing. The table
+ * must have room (kvr_tree_fit, or kvr_idtab_room). */
+uint32_t kvr_tree_engine_add(struct kvr_index *idx, uint32_t owner, uint32_t b);
+void kvr_tree_engine_del(struct kvr_index *idx, uint32_t b);
+/* Exception handle: owner calls block b by e (!= the block's engine hash). */
+int kvr_tree_exc_add(struct kvr_index *idx, uint32_t owner, uint32_t b, uint64_t e);
+void kvr_tree_exc_del(struct kvr_index *idx, uint32_t owner, uint32_t b);
+
+/* tree_runs.c: storage and structure. */
+/* Makes the chunks follow the id allocators' tops. */
+int kvr_tree_sync_chunks(struct kvr_index *idx);
+/* A new block id, `prefer` when that one is free; its chunk exists.
  * KVR_NIL on OOM. */
-uint32_t kvr_tree_node_new(struct kvr_index *idx, uint32_t parent, uint64_t local,
-                           uint64_t engine);
-void kvr_tree_node_unlink(struct kvr_index *idx, uint32_t id);
-/* Frees a node already unlinked (or whose parent is being freed too). */
-void kvr_tree_node_release(struct kvr_index *idx, uint32_t id);
+uint32_t kvr_tree_block_new(struct kvr_index *idx, uint32_t prefer);
+/* A new run id with every field 0; KVR_NIL on OOM. */
+uint32_t kvr_tree_run_new(struct kvr_index *idx);
+/* Links run r (parent, start and set filled in) under its parent block and
+ * into its set's list. -1 on OOM (nothing linked). */
+int kvr_tree_run_link(struct kvr_index *idx, uint32_t r);
+/* Block `at` (inside its run, not its first block) starts a run of its
+ * own. -1 on OOM (nothing changed). */
+int kvr_tree_split(struct kvr_index *idx, uint32_t at);
+/* Gives the owner `entry` (0: none) on blocks [b, b + k), which lie in one
+ * run: splits the run where the range ends, changes the set of the range,
+ * merges neighbours left with equal owners, reclaims the range's subtree
+ * when no owner is left. Ownership counters follow. -1 on OOM (nothing
+ * changed). */
+int kvr_tree_set_range(struct kvr_index *idx, uint32_t b, uint32_t k, uint32_t owner,
+                       uint32_t entry);
+void kvr_tree_runs_free(struct kvr_index *idx);
 
 #endif

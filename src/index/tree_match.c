@@ -2,14 +2,16 @@
  * compute, per owner, the gpu run and the reach when cpu, then disk,
  * continue it.
  *
- * Per-owner counters live in a per-thread scratch stamped with an epoch, so
- * nothing is cleared between matches. Only owners of the first block can
- * ever have a non-zero reach, and an owner can extend a counter at depth i
- * only if that counter equals i. When a node's interned owner set is the
- * same as the previous node's, exactly the counters that advanced there
- * advance again: such runs are counted and applied in one pass when the set
- * changes, so a long prefix shared by many workers costs one child lookup
- * per block, not one step per (block, owner). */
+ * The walk goes run by run (tree_internal.h): inside a run it compares
+ * local hashes with consecutive blocks, and looks a child up only where a
+ * run ends. Per-owner counters live in a per-thread scratch stamped with an
+ * epoch, so nothing is cleared between matches. Only owners of the first
+ * block can ever have a non-zero reach, and an owner can extend a counter
+ * at depth i only if that counter equals i. Along blocks with the same
+ * owner set as the one before (the rest of a run, or a next run with equal
+ * owners), exactly the counters that advanced there advance again: such
+ * stretches are counted and applied in one pass when the set changes, so a
+ * long prefix shared by many workers costs no step per (block, owner). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -31,6 +33,8 @@ struct kvr_match_ctx {
     kvr_match_entry *out;
     size_t out_cap;
     uint32_t *explicit_at; /* positions in the first set of the owners given counters */
+    uint32_t *last_explicit; /* the same for the last result (tpl_depth) */
+    uint32_t n_last_explicit;
     size_t explicit_cap;
     /* out[0..tpl_len) already holds owner, worker and rank of every entry
      * of this first set (index uid, set content hash and length): with a
@@ -38,6 +42,10 @@ struct kvr_match_ctx {
      * and only the counters need writing. */
     uint64_t tpl_index, tpl_hash;
     uint32_t tpl_len;
+    /* and when tpl_depth is not 0, every counter of it is as if the first
+     * set had held for tpl_depth blocks except at last_explicit: a match
+     * with the same first set and depth rewrites only those */
+    uint32_t tpl_depth;
     kvr_match_ctx_stats stats;
 };
 
@@ -78,6 +86,7 @@ void kvr_match_ctx_destroy(kvr_match_ctx *ctx)
     free(ctx->st);
     free(ctx->out);
     free(ctx->explicit_at);
+    free(ctx->last_explicit);
     free(ctx);
 }
 
@@ -104,6 +113,10 @@ static int ctx_reserve(kvr_match_ctx *ctx, uint32_t owners, size_t out)
         if (!n)
             return -1;
         ctx->explicit_at = n;
+        n = realloc(ctx->last_explicit, out * sizeof *n);
+        if (!n)
+            return -1;
+        ctx->last_explicit = n;
         ctx->explicit_cap = out;
     }
     return 0;
@@ -159,25 +172,6 @@ static uint32_t materialize(owner_state *st, uint32_t epoch, const uint32_t *fe,
     return n;
 }
 
-#define AHEAD 32
-#define RING 64 /* power of two > AHEAD */
-
-/* Prefetches the node the first slot carrying tag points at (the slot
- * itself was prefetched earlier). */
-static inline void prefetch_node(const kvr_index *idx, uint32_t tag)
-{
-    uint32_t cap = idx->child_cap;
-    for (uint32_t i = kvr_fastrange(tag, cap), k = 0; k < 4; i = kvr_probe_next(i, cap), k++) {
-        uint64_t s = idx->child[i];
-        if (!s)
-            return;
-        if ((uint32_t)(s >> 32) == tag) {
-            __builtin_prefetch(&KVR_NODE(idx, (uint32_t)s));
-            return;
-        }
-    }
-}
-
 /* Counters that advanced at the last explicit depth (value v) advance run
  * more blocks. */
 static void apply_run(owner_state *st, uint32_t epoch, const kvr_oset *set, uint32_t v,
@@ -197,131 +191,62 @@ static void apply_run(owner_state *st, uint32_t epoch, const kvr_oset *set, uint
     }
 }
 
-size_t kvr_index_match(kvr_index *idx, kvr_match_ctx *ctx, const uint64_t *local_hashes,
-                       size_t n, const kvr_match_entry **out)
+
+/* Counters at depth i of the owners of set o that own the first block:
+ * each advances by one when its counter reached i and the owner holds the
+ * block on a counting tier. Returns whether any advanced. */
+static bool step(owner_state *st, uint32_t epoch, const kvr_oset *o, uint32_t i)
 {
-    *out = ctx->out;
-    if (n == 0)
-        return 0;
-    if (n > UINT32_MAX - 1)
-        n = UINT32_MAX - 1;
-    read_lock(idx, ctx);
-    size_t found = 0;
-    uint32_t first = kvr_tree_child(idx, KVR_ROOT, local_hashes[0]);
-    if (first == KVR_NIL)
-        goto done;
-    uint32_t first_set = KVR_NODE(idx, first).set;
-    const kvr_oset *fs = kvr_osets_get(&idx->sets, first_set);
-    if (ctx_reserve(ctx, idx->n_owners, fs->len) < 0)
-        goto done;
-    if (++ctx->epoch == 0) {
-        memset(ctx->st, 0, (size_t)ctx->cap * sizeof *ctx->st);
-        ctx->epoch = 1;
-    }
-    uint32_t epoch = ctx->epoch;
-    owner_state *st = ctx->st;
-    const uint32_t *fe = kvr_oset_entries(fs);
-    /* The first block's owners are not initialized one by one (a prompt
-     * prefix shared by the whole fleet has every worker there): while the
-     * walk sees the first set again, each of its owners advances exactly by
-     * its tiers in it. Owners get explicit counters only at the first node
-     * whose set differs (materialize); the others stay frozen at depth L. */
-    bool any = (fs->tiers & (T_G | T_C | T_D)) != 0;
-    bool materialized = false;
-    uint32_t n_explicit = 0;
-    uint32_t L = 1;
-    uint32_t cur = first, prev_set = first_set, explicit_depth = 0, run = 0;
-    /* A chain stored by one event gets consecutive node ids, and popular
-     * prefixes are old and stay put: along the bench's 128-block matches 99%
-     * of steps go from node x to node x + 1. So the walk first reads x + 1
-     * (sequential memory, prefetched a few nodes ahead): a live node with
-     * this parent and local hash is the child, (parent, local) being unique.
-     * Only when it is not does the walk use the child table, and from then
-     * on the slots of the blocks ahead (their tags chain from the request
-     * alone) are prefetched AHEAD blocks early and the candidate nodes
-     * AHEAD/2 early, so a scattered path does not stall on every block. */
-    uint32_t ring[RING];
-    uint32_t ahead = 0, tag = 0; /* no tags until the first step off x + 1 */
-    for (uint32_t i = 1; any && i < (uint32_t)n; i++) {
-        if (ahead) {
-            if (ahead < (uint32_t)n) {
-                tag = kvr_chain_tag(tag, local_hashes[ahead]);
-                ring[ahead % RING] = tag;
-                __builtin_prefetch(kvr_child_home(idx, tag));
-                ahead++;
-            }
-            if (i + AHEAD / 2 < ahead)
-                prefetch_node(idx, ring[(i + AHEAD / 2) % RING]);
-        }
-        uint32_t child = KVR_NIL, next = cur + 1;
-        if (next + 8 < idx->node_ids.top)
-            __builtin_prefetch(&KVR_NODE(idx, next + 8));
-        if (kvr_ids_used(&idx->node_ids, next)) {
-            const kvr_node *nd = &KVR_NODE(idx, next);
-            if (nd->parent == cur && nd->local == local_hashes[i] && nd->set != KVR_OSET_EMPTY)
-                child = next;
-        }
-        if (child == KVR_NIL) {
-            if (!ahead) {
-                /* a node's tag is its path's: the chain goes on from cur's */
-                tag = KVR_NODE(idx, cur).tag;
-                for (ahead = i; ahead < (uint32_t)n && ahead <= i + AHEAD; ahead++) {
-                    tag = kvr_chain_tag(tag, local_hashes[ahead]);
-                    ring[ahead % RING] = tag;
-                    __builtin_prefetch(kvr_child_home(idx, tag));
-                }
-            }
-            child = kvr_tree_child_tagged(idx, cur, local_hashes[i], ring[i % RING]);
-        }
-        if (child == KVR_NIL)
-            break;
-        uint32_t set = KVR_NODE(idx, child).set;
-        cur = child;
-        if (set == prev_set) {
-            run++;
+    const uint32_t *e = kvr_oset_entries(o);
+    bool any = false;
+    for (uint32_t k = 0; k < o->len; k++) {
+        uint32_t t = e[k];
+        owner_state *s = &st[kvr_oset_owner(t)];
+        if (s->stamp != epoch || s->d != i || !(t & (T_G | T_C | T_D)))
             continue;
+        s->d = i + 1;
+        any = true;
+        if ((t & (T_G | T_C)) && s->c == i) {
+            s->c = i + 1;
+            if ((t & T_G) && s->g == i)
+                s->g = i + 1;
         }
-        const kvr_oset *o = kvr_osets_get(&idx->sets, set);
-        const uint32_t *e = kvr_oset_entries(o);
-        if (!materialized) {
-            L = i;
-            run = 0;
-            materialized = true;
-            n_explicit = materialize(st, epoch, fe, fs->len, e, o->len, L, ctx->explicit_at);
-        } else if (run) {
-            apply_run(st, epoch, kvr_osets_get(&idx->sets, prev_set), explicit_depth + 1, run);
-            run = 0;
-        }
-        any = false;
-        for (uint32_t k = 0; k < o->len; k++) {
-            uint32_t t = e[k];
-            owner_state *s = &st[kvr_oset_owner(t)];
-            if (s->stamp != epoch || s->d != i || !(t & (T_G | T_C | T_D)))
-                continue;
-            s->d = i + 1;
-            any = true;
-            if ((t & (T_G | T_C)) && s->c == i) {
-                s->c = i + 1;
-                if ((t & T_G) && s->g == i)
-                    s->g = i + 1;
-            }
-        }
-        prev_set = set;
-        explicit_depth = i;
     }
-    if (!materialized)
-        L = 1 + run;
-    else if (run)
-        apply_run(st, epoch, kvr_osets_get(&idx->sets, prev_set), explicit_depth + 1, run);
-    /* One entry per first-block owner: with a fleet-wide prefix this loop
-     * is the floor of every match. Owner, worker and rank are written only
-     * when the first set is not the last match's (tpl_*); every owner gets
-     * its counters after L blocks of the first set, then the few given
-     * explicit counters (listed by position) are patched: the scratch is not
-     * read per owner. */
+    return any;
+}
+
+/* The run after block `last` whose first block has this local hash. A
+ * chain stored in one event has consecutive ids and keeps them when later
+ * stores split it into runs, so the run starting at last + 1 is tried
+ * before the child table. */
+static uint32_t next_run(const kvr_index *idx, uint32_t last, uint64_t local)
+{
+    uint32_t x = last + 1;
+    if (kvr_ids_used(&idx->block_ids, x)) {
+        uint32_t c = KVR_RUNOF(idx, x);
+        const kvr_run *C = &KVR_RUN(idx, c);
+        if (C->start == x && C->parent == last && KVR_LOCAL(idx, x) == local)
+            return c;
+    }
+    return kvr_tree_child_run(idx, last, local);
+}
+
+/* Fills ctx->out with one entry per owner of the first set fs (entries
+ * fe) after a walk in which the first set held for L blocks and the
+ * owners at explicit_at[0..n_explicit) got counters in the scratch.
+ * Returns the number of entries. */
+static size_t result(const kvr_index *idx, kvr_match_ctx *ctx, const kvr_oset *fs,
+                     const uint32_t *fe, uint32_t L, uint32_t n_explicit)
+{
+    /* One entry per first-block owner: with a fleet-wide prefix this is the
+     * floor of every match. Owner, worker and rank are written only when
+     * the first set is not the last match's (tpl_*); the counters only
+     * where they can differ from the last result's (its and this match's
+     * explicit owners) when the depth is the last one's too; otherwise
+     * every owner gets its counters after L blocks of the first set, then
+     * the explicit ones are patched: the scratch is not read per owner. */
     const kvr_owner_key *keys = idx->owner_keys;
     kvr_match_entry *res = ctx->out;
-    uint32_t unreached = 0;
     bool same_owners = ctx->tpl_index == idx->uid && ctx->tpl_hash == fs->hash &&
                        ctx->tpl_len == fs->len && res[0].owner == kvr_oset_owner(fe[0]) &&
                        res[fs->len - 1].owner == kvr_oset_owner(fe[fs->len - 1]);
@@ -335,32 +260,122 @@ size_t kvr_index_match(kvr_index *idx, kvr_match_ctx *ctx, const uint64_t *local
         ctx->tpl_index = idx->uid;
         ctx->tpl_hash = fs->hash;
         ctx->tpl_len = fs->len;
+        ctx->tpl_depth = 0;
     }
-    for (uint32_t k = 0; k < fs->len; k++) {
-        owner_state c;
-        implicit(&c, fe[k], L);
-        res[k].gpu_blocks = c.g;
-        res[k].cpu_blocks = c.c;
-        res[k].disk_blocks = c.d;
-        unreached += c.d == 0;
+    owner_state c;
+    if (ctx->tpl_depth == L) {
+        for (uint32_t x = 0; x < ctx->n_last_explicit; x++) {
+            uint32_t k = ctx->last_explicit[x];
+            implicit(&c, fe[k], L);
+            res[k].gpu_blocks = c.g;
+            res[k].cpu_blocks = c.c;
+            res[k].disk_blocks = c.d;
+        }
+    } else {
+        for (uint32_t k = 0; k < fs->len; k++) {
+            implicit(&c, fe[k], L);
+            res[k].gpu_blocks = c.g;
+            res[k].cpu_blocks = c.c;
+            res[k].disk_blocks = c.d;
+        }
     }
     for (uint32_t x = 0; x < n_explicit; x++) {
         kvr_match_entry *r = &res[ctx->explicit_at[x]];
-        const owner_state *s = &st[r->owner];
+        const owner_state *s = &ctx->st[r->owner];
         r->gpu_blocks = s->g;
         r->cpu_blocks = s->c;
         r->disk_blocks = s->d;
     }
-    found = fs->len;
-    /* Owners holding the first block on no tier that counts (external
-     * only) are not part of the result. */
-    if (unreached) {
-        ctx->tpl_len = 0; /* entries move: the next match writes them whole */
-        found = 0;
-        for (uint32_t k = 0; k < fs->len; k++)
-            if (res[k].disk_blocks)
-                res[found++] = res[k];
+    if (!fs->uncounted) {
+        uint32_t *t = ctx->last_explicit;
+        ctx->last_explicit = ctx->explicit_at;
+        ctx->explicit_at = t;
+        ctx->n_last_explicit = n_explicit;
+        ctx->tpl_depth = L;
+        return fs->len;
     }
+    /* Owners holding the first block on no tier that counts (external
+     * only) are not part of the result; entries move, so the next match
+     * writes them whole. */
+    ctx->tpl_len = 0;
+    size_t found = 0;
+    for (uint32_t k = 0; k < fs->len; k++)
+        if (res[k].disk_blocks)
+            res[found++] = res[k];
+    return found;
+}
+
+size_t kvr_index_match(kvr_index *idx, kvr_match_ctx *ctx, const uint64_t *local_hashes,
+                       size_t n, const kvr_match_entry **out)
+{
+    *out = ctx->out;
+    if (n == 0)
+        return 0;
+    if (n > UINT32_MAX - 1)
+        n = UINT32_MAX - 1;
+    const uint64_t *l = local_hashes;
+    read_lock(idx, ctx);
+    size_t found = 0;
+    uint32_t r = kvr_tree_child_run(idx, KVR_ROOT, l[0]);
+    if (r == KVR_NIL)
+        goto done;
+    const kvr_run *R = &KVR_RUN(idx, r);
+    uint32_t first_set = R->set;
+    const kvr_oset *fs = kvr_osets_get(&idx->sets, first_set);
+    if (!(fs->tiers & (T_G | T_C | T_D)) || ctx_reserve(ctx, idx->n_owners, fs->len) < 0)
+        goto done;
+    if (++ctx->epoch == 0) {
+        memset(ctx->st, 0, (size_t)ctx->cap * sizeof *ctx->st);
+        ctx->epoch = 1;
+    }
+    uint32_t epoch = ctx->epoch;
+    owner_state *st = ctx->st;
+    const uint32_t *fe = kvr_oset_entries(fs);
+    /* The first block's owners are not initialized one by one (a prompt
+     * prefix shared by the whole fleet has every worker there): while the
+     * walk sees the first set again, each of its owners advances exactly by
+     * its tiers in it. Owners get explicit counters only at the first block
+     * whose set differs (materialize); the others stay frozen at depth L. */
+    bool materialized = false;
+    uint32_t n_explicit = 0, L = 1;
+    uint32_t prev_set = first_set, explicit_depth = 0, run = 0;
+    for (uint32_t i = 0;;) { /* i: depth of R's first block */
+        uint32_t m = 1, lim = R->len < n - i ? R->len : (uint32_t)n - i;
+        while (m < lim && KVR_LOCAL(idx, R->start + m) == l[i + m])
+            m++;
+        if (i == 0) {
+            run = m - 1;
+        } else if (R->set == prev_set) {
+            run += m;
+        } else {
+            const kvr_oset *o = kvr_osets_get(&idx->sets, R->set);
+            if (!materialized) {
+                L = i;
+                materialized = true;
+                n_explicit = materialize(st, epoch, fe, fs->len, kvr_oset_entries(o), o->len, L,
+                                         ctx->explicit_at);
+            } else if (run) {
+                apply_run(st, epoch, kvr_osets_get(&idx->sets, prev_set), explicit_depth + 1, run);
+            }
+            run = 0;
+            if (!step(st, epoch, o, i))
+                break;
+            run = m - 1;
+            prev_set = R->set;
+            explicit_depth = i;
+        }
+        i += m;
+        if (m < R->len || i >= n)
+            break;
+        if ((r = next_run(idx, R->start + R->len - 1, l[i])) == KVR_NIL)
+            break;
+        R = &KVR_RUN(idx, r);
+    }
+    if (!materialized)
+        L = 1 + run;
+    else if (run)
+        apply_run(st, epoch, kvr_osets_get(&idx->sets, prev_set), explicit_depth + 1, run);
+    found = result(idx, ctx, fs, fe, L, n_explicit);
 done:
     pthread_rwlock_unlock(&idx->lock);
     *out = ctx->out;

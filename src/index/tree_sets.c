@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "index/tree_table.h"
 #include "util/u64map.h"
 
 #define INTERN_MIN 16u
@@ -54,7 +55,7 @@ size_t kvr_osets_bytes(const kvr_osets *s)
 }
 
 /* Lower bound of owner in the sorted entries. */
-static uint32_t search(const uint32_t *e, uint32_t len, uint32_t owner)
+uint32_t kvr_osets_search(const uint32_t *e, uint32_t len, uint32_t owner)
 {
     uint32_t lo = 0, hi = len;
     uint32_t key = owner << KVR_OSET_SHIFT;
@@ -66,14 +67,6 @@ static uint32_t search(const uint32_t *e, uint32_t len, uint32_t owner)
             hi = mid;
     }
     return lo;
-}
-
-uint32_t kvr_osets_find(const kvr_osets *s, uint32_t id, uint32_t owner)
-{
-    const kvr_oset *o = &s->sets[id];
-    const uint32_t *e = kvr_oset_entries(o);
-    uint32_t i = search(e, o->len, owner);
-    return i < o->len && kvr_oset_owner(e[i]) == owner ? e[i] : 0;
 }
 
 static int intern_resize(kvr_osets *s, uint32_t cap)
@@ -159,8 +152,12 @@ static uint32_t create(kvr_osets *s, uint64_t hash, const uint32_t *e, uint32_t 
     o->len = len;
     o->ref = 0;
     o->tiers = 0;
-    for (uint32_t k = 0; k < len; k++)
+    o->uncounted = 0;
+    o->runs = 0;
+    for (uint32_t k = 0; k < len; k++) {
         o->tiers |= e[k] & KVR_OSET_TIERS;
+        o->uncounted += !(e[k] & KVR_OSET_COUNTED);
+    }
     if (ext) {
         o->e.ext = ext;
         s->entry_bytes += (size_t)len * sizeof *ext;
@@ -234,7 +231,7 @@ uint32_t kvr_osets_apply(kvr_osets *s, uint32_t from, uint32_t owner, uint32_t e
         const kvr_oset *o = &s->sets[from];
         const uint32_t *e = kvr_oset_entries(o);
         uint32_t len = o->len;
-        uint32_t i = search(e, len, owner);
+        uint32_t i = kvr_osets_search(e, len, owner);
         bool present = i < len && kvr_oset_owner(e[i]) == owner;
         if (s->scratch_cap < len + 1 && kvr_osets_reserve(s, len + 1) < 0)
             return UINT32_MAX;

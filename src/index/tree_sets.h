@@ -1,8 +1,9 @@
-/* Interned owner sets. A node's owners are a sorted array of entries
+/* Interned owner sets. A run's owners are a sorted array of entries
  * (owner << 5 | exc << 4 | tier bits); identical arrays are stored once and
- * shared by every node that has them (hash-consing). Long chains owned by
- * the same workers then cost one 4-byte set id per node, and a match can
- * tell in O(1) that a node's owners equal its parent's. */
+ * shared by every run that has them (hash-consing), so a match can tell in
+ * O(1) that a run's owners equal its parent's. A set's references are the
+ * runs holding it; it also heads the list of those runs (kvr_run.set_next),
+ * through which an owner's runs are found when it is cleared. */
 #ifndef KVR_INDEX_TREE_SETS_H
 #define KVR_INDEX_TREE_SETS_H
 
@@ -10,11 +11,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "index/tree_handles.h"
 #include "index/tree_ids.h"
 
 #define KVR_OSET_EMPTY 0u
 #define KVR_OSET_TIERS 0xFu
+#define KVR_OSET_COUNTED 0x7u /* gpu, cpu, disk: the tiers a match counts */
 #define KVR_OSET_EXC 0x10u /* this owner's engine hash differs from the node's */
 #define KVR_OSET_SHIFT 5
 #define KVR_OSET_MAX_OWNER ((1u << (32 - KVR_OSET_SHIFT)) - 1)
@@ -31,6 +32,8 @@ typedef struct {
     uint32_t ref;  /* nodes holding it; 0 = free slot */
     uint32_t gen;  /* bumped on free, so memo entries can be validated */
     uint32_t tiers; /* union of the entries' tier bits */
+    uint32_t uncounted; /* entries on no tier a match counts (external only) */
+    uint32_t runs;  /* first run holding it (list kept by the tree) */
     union {
         uint32_t inl[2]; /* len <= 2 needs no allocation */
         uint32_t *ext;
@@ -41,7 +44,7 @@ typedef struct {
     uint32_t from, from_gen, owner, entry, to, to_gen;
 } kvr_oset_memo;
 
-#define KVR_OSET_MEMO 4096u
+#define KVR_OSET_MEMO 1024u
 
 typedef struct {
     kvr_oset *sets;
@@ -67,13 +70,33 @@ static inline const kvr_oset *kvr_osets_get(const kvr_osets *s, uint32_t id)
 {
     return &s->sets[id];
 }
-/* The owner's entry in the set, 0 if absent. */
-uint32_t kvr_osets_find(const kvr_osets *s, uint32_t id, uint32_t owner);
+uint32_t kvr_osets_search(const uint32_t *e, uint32_t len, uint32_t owner);
+/* The owner's entry in the set, 0 if absent. Most sets are a few owners:
+ * those are scanned, larger ones searched. */
+static inline uint32_t kvr_osets_find(const kvr_osets *s, uint32_t id, uint32_t owner)
+{
+    const kvr_oset *o = &s->sets[id];
+    const uint32_t *e = kvr_oset_entries(o);
+    if (o->len <= 8) {
+        for (uint32_t i = 0; i < o->len; i++)
+            if (kvr_oset_owner(e[i]) == owner)
+                return e[i];
+        return 0;
+    }
+    uint32_t i = kvr_osets_search(e, o->len, owner);
+    return i < o->len && kvr_oset_owner(e[i]) == owner ? e[i] : 0;
+}
 /* Replaces (or inserts, or with entry 0 removes) the owner's entry of set
  * `from`; returns the resulting set with a reference taken and drops one
  * reference of `from` (KVR_OSET_EMPTY holds none). UINT32_MAX on OOM (then
  * nothing changed). */
 uint32_t kvr_osets_apply(kvr_osets *s, uint32_t from, uint32_t owner, uint32_t entry);
+/* Another reference to a set (a run split off one holding it). */
+static inline void kvr_osets_ref(kvr_osets *s, uint32_t id)
+{
+    if (id != KVR_OSET_EMPTY)
+        s->sets[id].ref++;
+}
 /* Scratch for sets of up to max_len entries (the owner count), reserved as
  * owners are created so that churn does not change the footprint. */
 int kvr_osets_reserve(kvr_osets *s, uint32_t max_len);

@@ -1,0 +1,135 @@
+/* Fingerprint/id tables of the prefix index (tree_table.h). */
+#include "index/tree_table.h"
+
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#define MIN_CAP 8u
+
+void kvr_idtab_init(kvr_idtab *t)
+{
+    t->slot = NULL;
+    t->cap = t->len = 0;
+}
+
+void kvr_idtab_free(kvr_idtab *t)
+{
+    free(t->slot);
+    kvr_idtab_init(t);
+}
+
+size_t kvr_idtab_bytes(const kvr_idtab *t) { return (size_t)t->cap * sizeof(uint64_t); }
+
+static bool overfull(uint64_t len, uint32_t cap) { return kvr_idtab_overfull(len, cap); }
+static bool sparse(uint64_t len, uint32_t cap) { return cap > MIN_CAP && len * 8 < cap; }
+
+uint32_t kvr_idtab_fit_cap(const kvr_idtab *t, uint64_t len)
+{
+    uint64_t cap = t->cap;
+    if (len == 0)
+        return 0;
+    if (overfull(len, (uint32_t)cap)) {
+        /* 1.5x: the engine table holds one slot per block, so its load
+         * factor is a good part of the index's bytes per block */
+        for (cap = cap ? cap : MIN_CAP; overfull(len, (uint32_t)cap); cap += cap / 2)
+            if (cap >= UINT32_MAX / 2)
+                return UINT32_MAX;
+        return (uint32_t)cap;
+    }
+    while (sparse(len, (uint32_t)cap) && !overfull(len, (uint32_t)(cap / 2)))
+        cap /= 2;
+    return (uint32_t)cap;
+}
+
+static void place(uint64_t *slots, uint32_t cap, uint64_t s)
+{
+    uint32_t i = kvr_fastrange(kvr_idtab_fp(s), cap);
+    while (slots[i])
+        i = kvr_probe_next(i, cap);
+    slots[i] = s;
+}
+
+/* Large tables are probed at random: ask for transparent huge pages so a
+ * probe does not also miss the TLB (a hint; ignored where THP is off). */
+static void hugepage_hint(void *p, size_t bytes)
+{
+    const uintptr_t huge = 2u << 20;
+    if (bytes < 2 * huge)
+        return;
+    uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+    uintptr_t b = ((uintptr_t)p + bytes) & ~(huge - 1);
+    if (b > a)
+        madvise((void *)a, b - a, MADV_HUGEPAGE);
+}
+
+uint64_t *kvr_idtab_rehash(const kvr_idtab *t, uint32_t cap)
+{
+    if (cap == 0)
+        return NULL;
+    uint64_t *s = calloc(cap, sizeof *s);
+    if (!s)
+        return NULL;
+    hugepage_hint(s, (size_t)cap * sizeof *s);
+    for (uint32_t i = 0; i < t->cap; i++)
+        if (t->slot[i])
+            place(s, cap, t->slot[i]);
+    return s;
+}
+
+uint64_t *kvr_idtab_install(kvr_idtab *t, uint64_t *slots, uint32_t cap)
+{
+    uint64_t *old = t->slot;
+    t->slot = slots;
+    t->cap = slots ? cap : 0;
+    return old;
+}
+
+int kvr_idtab_reserve(kvr_idtab *t, uint32_t more)
+{
+    uint32_t cap = kvr_idtab_fit_cap(t, (uint64_t)t->len + more);
+    if (cap == UINT32_MAX)
+        return -1;
+    if (cap == t->cap)
+        return 0;
+    uint64_t *s = kvr_idtab_rehash(t, cap);
+    if (cap && !s)
+        return -1;
+    free(kvr_idtab_install(t, s, cap));
+    return 0;
+}
+
+int kvr_idtab_add(kvr_idtab *t, uint64_t slot)
+{
+    if (kvr_idtab_room(t) < 0)
+        return -1;
+    place(t->slot, t->cap, slot);
+    t->len++;
+    return 0;
+}
+
+static uint32_t find(const kvr_idtab *t, uint64_t slot)
+{
+    uint32_t i = kvr_idtab_home(t, kvr_idtab_fp(slot));
+    while (t->slot[i] != slot)
+        i = kvr_probe_next(i, t->cap);
+    return i;
+}
+
+void kvr_idtab_del(kvr_idtab *t, uint64_t slot)
+{
+    uint32_t cap = t->cap, hole = find(t, slot);
+    for (uint32_t j = kvr_probe_next(hole, cap); t->slot[j]; j = kvr_probe_next(j, cap)) {
+        if (!kvr_probe_stays(hole, j, kvr_idtab_home(t, kvr_idtab_fp(t->slot[j])))) {
+            t->slot[hole] = t->slot[j];
+            hole = j;
+        }
+    }
+    t->slot[hole] = 0;
+    if (--t->len == 0)
+        kvr_idtab_free(t);
+}
+
+void kvr_idtab_replace(kvr_idtab *t, uint64_t old_slot, uint64_t new_slot)
+{
+    t->slot[find(t, old_slot)] = new_slot;
+}
