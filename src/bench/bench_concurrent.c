@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "mock/clock.h"
+#include "util/clock.h"
 
 typedef struct {
     const kvr_bench_stream *s;
@@ -31,7 +31,7 @@ static void *reader_main(void *p)
         return NULL;
     /* Keep matching (cycling through this reader's share of the requests)
      * for as long as the writer ingests, so the rates overlap in time. */
-    double t0 = kvr_sim_seconds(CLOCK_MONOTONIC);
+    double t0 = kvr_clock_seconds(CLOCK_MONOTONIC);
     bool any = false;
     int pass = 0;
     do {
@@ -42,14 +42,14 @@ static void *reader_main(void *p)
             if (op->kind != KVR_BOP_MATCH || seen++ % a->step != a->first)
                 continue;
             const kvr_match_entry *res;
-            double b = kvr_sim_seconds(CLOCK_MONOTONIC);
+            double b = kvr_clock_seconds(CLOCK_MONOTONIC);
             kvr_index_match(a->idx, ctx, a->s->pool + op->off, op->n, &res);
-            a->lat[a->nlat++ % a->cap] = kvr_sim_seconds(CLOCK_MONOTONIC) - b;
+            a->lat[a->nlat++ % a->cap] = kvr_clock_seconds(CLOCK_MONOTONIC) - b;
             any = true;
         }
         pass++;
     } while (any && !atomic_load(a->done));
-    a->seconds = kvr_sim_seconds(CLOCK_MONOTONIC) - t0;
+    a->seconds = kvr_clock_seconds(CLOCK_MONOTONIC) - t0;
     kvr_match_ctx_stats_get(ctx, &a->wait);
     kvr_match_ctx_destroy(ctx);
     return NULL;
@@ -79,7 +79,7 @@ int kvr_bench_replay_concurrent(const kvr_bench_stream *s, int threads, kvr_benc
             break;
         started++;
     }
-    double t0 = kvr_sim_seconds(CLOCK_MONOTONIC);
+    double t0 = kvr_clock_seconds(CLOCK_MONOTONIC);
     kvr_bench_result scratch = {0};
     uint64_t events = 0;
     /* One writer holding the lock across slices of events, handing it to
@@ -93,7 +93,7 @@ int kvr_bench_replay_concurrent(const kvr_bench_stream *s, int threads, kvr_benc
             kvr_index_write_yield(idx, &slice);
         }
     kvr_index_write_end(idx);
-    double ingest = kvr_sim_seconds(CLOCK_MONOTONIC) - t0;
+    double ingest = kvr_clock_seconds(CLOCK_MONOTONIC) - t0;
     atomic_store(&done, true);
     size_t nl = 0;
     uint64_t matches = 0;
@@ -115,7 +115,7 @@ int kvr_bench_replay_concurrent(const kvr_bench_stream *s, int threads, kvr_benc
         if ((double)ra[t].wait.max_wait_ns / 1e3 > r->reader_wait_max_us)
             r->reader_wait_max_us = (double)ra[t].wait.max_wait_ns / 1e3;
     }
-    r->conc_seconds = kvr_sim_seconds(CLOCK_MONOTONIC) - t0;
+    r->conc_seconds = kvr_clock_seconds(CLOCK_MONOTONIC) - t0;
     r->conc_events_per_s = ingest > 0 ? (double)events / ingest : 0;
     r->conc_matches_per_s = reader_s > 0 ? (double)matches / reader_s : 0;
     r->conc_match_p50_us = kvr_bench_percentile(lat, nl, 0.50) * 1e6;

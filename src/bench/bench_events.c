@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "util/grow.h"
 
 #define MAX_HASHES (1u << 22)
 
@@ -171,14 +172,8 @@ typedef struct {
 
 static bool vpush(vec *a, uint64_t x)
 {
-    if (a->n == a->cap) {
-        size_t ncap = a->cap ? a->cap * 2 : 256;
-        uint64_t *nv = realloc(a->v, ncap * sizeof *nv);
-        if (!nv)
-            return false;
-        a->v = nv;
-        a->cap = ncap;
-    }
+    if (kvr_grow((void **)&a->v, &a->cap, a->n + 1, sizeof *a->v, 256) < 0)
+        return false;
     a->v[a->n++] = x;
     return true;
 }

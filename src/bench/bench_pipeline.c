@@ -12,7 +12,8 @@
 #include "kvrouter/indexer.h"
 #include "kvrouter/wire_encode.h"
 #include "bench/bench.h"
-#include "mock/clock.h"
+#include "util/clock.h"
+#include "util/grow.h"
 #include "util/u64map.h"
 
 #define PIPE_MODEL "bench"
@@ -38,14 +39,9 @@ static kvr_worker *worker_for(pipe_reg *g, uint64_t id)
     uint64_t slot;
     if (kvr_u64map_get(&g->slot_of, id, &slot))
         return g->workers[slot];
-    if (g->n_workers == g->cap_workers) {
-        size_t ncap = g->cap_workers ? 2 * g->cap_workers : 1024;
-        kvr_worker **nw = realloc(g->workers, ncap * sizeof *nw);
-        if (!nw)
-            return NULL;
-        g->workers = nw;
-        g->cap_workers = ncap;
-    }
+    if (kvr_grow((void **)&g->workers, &g->cap_workers, g->n_workers + 1, sizeof *g->workers,
+                 1024) < 0)
+        return NULL;
     kvr_worker_settings ws = {.model_name = PIPE_MODEL, .worker_id = id,
                               .block_size = g->block_size, .mm_identity = KVR_MM_LEGACY,
                               .accepts_mm_hashes = -1};
@@ -65,20 +61,9 @@ static int encode_batch(const kvr_bench_stream *s, size_t first, size_t end, kvr
     for (size_t i = first; i < end; i++)
         if (s->ops[i].kind == KVR_BOP_STORE)
             nt += (size_t)s->ops[i].n * s->block_size;
-    if (n > *ev_cap) {
-        kvr_raw_event *ne = realloc(*ev, n * sizeof *ne);
-        if (!ne)
-            return -1;
-        *ev = ne;
-        *ev_cap = n;
-    }
-    if (nt > *tok_cap) {
-        uint64_t *ntk = realloc(*tok, nt * sizeof *ntk);
-        if (!ntk)
-            return -1;
-        *tok = ntk;
-        *tok_cap = nt;
-    }
+    if (kvr_grow((void **)ev, ev_cap, n, sizeof **ev, 64) < 0 ||
+        kvr_grow((void **)tok, tok_cap, nt, sizeof **tok, 1024) < 0)
+        return -1;
     size_t t = 0;
     for (size_t i = first; i < end; i++) {
         const kvr_bench_op *op = &s->ops[i];
@@ -169,14 +154,14 @@ int kvr_bench_pipeline(const kvr_bench_stream *s, kvr_bench_pipeline_result *r)
             r->matches++;
             continue;
         }
-        double w0 = kvr_sim_seconds(CLOCK_MONOTONIC), c0 = kvr_sim_seconds(CLOCK_THREAD_CPUTIME_ID);
+        double w0 = kvr_clock_seconds(CLOCK_MONOTONIC), c0 = kvr_clock_seconds(CLOCK_THREAD_CPUTIME_ID);
         if (kvr_batch_decode(&b, buf.data + it->off, it->len) != KVR_BATCH_OK) {
             r->bad_batches++;
             continue;
         }
         kvr_indexer_apply(g.ix, it->w, it->rank, &b);
-        r->cpu_seconds += kvr_sim_seconds(CLOCK_THREAD_CPUTIME_ID) - c0;
-        r->seconds += kvr_sim_seconds(CLOCK_MONOTONIC) - w0;
+        r->cpu_seconds += kvr_clock_seconds(CLOCK_THREAD_CPUTIME_ID) - c0;
+        r->seconds += kvr_clock_seconds(CLOCK_MONOTONIC) - w0;
     }
     for (size_t k = 0; k < g.n_workers; k++) {
         kvr_worker_info info;

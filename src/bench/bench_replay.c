@@ -9,7 +9,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#include "mock/clock.h"
+#include "util/clock.h"
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -131,9 +131,9 @@ __attribute__((noinline)) static void replay_ops(kvr_index *idx, kvr_match_ctx *
             continue;
         }
         const kvr_match_entry *res;
-        double a = kvr_sim_seconds(CLOCK_MONOTONIC);
+        double a = kvr_clock_seconds(CLOCK_MONOTONIC);
         size_t k = kvr_index_match(idx, ctx, s->pool + op->off, op->n, &res);
-        lat[r->matches++] = kvr_sim_seconds(CLOCK_MONOTONIC) - a;
+        lat[r->matches++] = kvr_clock_seconds(CLOCK_MONOTONIC) - a;
         r->match_blocks += op->n;
         for (size_t j = 0; j < k; j++)
             r->checksum += res[j].gpu_blocks;
@@ -162,14 +162,14 @@ int kvr_bench_replay_coalesced(const kvr_bench_stream *s, uint32_t coalesce, kvr
     r->bytes_baseline = base.bytes;
     struct rusage u0, u1;
     getrusage(RUSAGE_THREAD, &u0);
-    double t0 = kvr_sim_seconds(CLOCK_MONOTONIC), c0 = kvr_sim_seconds(CLOCK_THREAD_CPUTIME_ID);
+    double t0 = kvr_clock_seconds(CLOCK_MONOTONIC), c0 = kvr_clock_seconds(CLOCK_THREAD_CPUTIME_ID);
     replay_ops(idx, ctx, s, owners, coalesce, scratch, lat, r);
     getrusage(RUSAGE_THREAD, &u1);
     r->page_faults = (uint64_t)(u1.ru_minflt - u0.ru_minflt);
     r->sys_seconds = (double)(u1.ru_stime.tv_sec - u0.ru_stime.tv_sec) +
                      (double)(u1.ru_stime.tv_usec - u0.ru_stime.tv_usec) * 1e-6;
-    r->seconds = kvr_sim_seconds(CLOCK_MONOTONIC) - t0;
-    r->cpu_seconds = kvr_sim_seconds(CLOCK_THREAD_CPUTIME_ID) - c0;
+    r->seconds = kvr_clock_seconds(CLOCK_MONOTONIC) - t0;
+    r->cpu_seconds = kvr_clock_seconds(CLOCK_THREAD_CPUTIME_ID) - c0;
     kvr_index_stats_get(idx, &r->stats);
     r->match_p50_us = kvr_bench_percentile(lat, r->matches, 0.50) * 1e6;
     r->match_p99_us = kvr_bench_percentile(lat, r->matches, 0.99) * 1e6;
@@ -187,9 +187,9 @@ int kvr_bench_replay_coalesced(const kvr_bench_stream *s, uint32_t coalesce, kvr
                 continue;
             const kvr_match_entry *res;
             uint32_t n = op->n < KVR_BENCH_SHORT ? op->n : KVR_BENCH_SHORT;
-            double a = kvr_sim_seconds(CLOCK_MONOTONIC);
+            double a = kvr_clock_seconds(CLOCK_MONOTONIC);
             kvr_index_match(idx, ctx, s->pool + op->off, n, &res);
-            double dt = kvr_sim_seconds(CLOCK_MONOTONIC) - a;
+            double dt = kvr_clock_seconds(CLOCK_MONOTONIC) - a;
             if (pass == 0)
                 lat[ns] = dt;
             if (fastest && (pass == 0 || dt < fastest[ns]))

@@ -9,6 +9,7 @@
 
 #include "kvrouter/hash.h"
 #include "mock/prefix_cache.h"
+#include "util/grow.h"
 #include "util/u64map.h"
 
 void kvr_bench_stream_free(kvr_bench_stream *s)
@@ -21,24 +22,10 @@ void kvr_bench_stream_free(kvr_bench_stream *s)
 
 kvr_bench_op *kvr_bench_push_op(kvr_bench_stream *s, size_t pool_need)
 {
-    if (s->n == s->cap) {
-        size_t ncap = s->cap ? s->cap * 2 : 1024;
-        kvr_bench_op *n = realloc(s->ops, ncap * sizeof *n);
-        if (!n)
-            return NULL;
-        s->ops = n;
-        s->cap = ncap;
-    }
-    if (s->pool_len + pool_need > s->pool_cap) {
-        size_t ncap = s->pool_cap ? s->pool_cap : 1 << 16;
-        while (ncap < s->pool_len + pool_need)
-            ncap *= 2;
-        uint64_t *n = realloc(s->pool, ncap * sizeof *n);
-        if (!n)
-            return NULL;
-        s->pool = n;
-        s->pool_cap = ncap;
-    }
+    if (kvr_grow((void **)&s->ops, &s->cap, s->n + 1, sizeof *s->ops, 1024) < 0 ||
+        kvr_grow((void **)&s->pool, &s->pool_cap, s->pool_len + pool_need, sizeof *s->pool,
+                 1 << 16) < 0)
+        return NULL;
     kvr_bench_op *op = &s->ops[s->n++];
     memset(op, 0, sizeof *op);
     op->off = s->pool_len;
@@ -78,16 +65,8 @@ static void on_evicted(void *ud, const uint64_t *keys, size_t n)
 
 static int keep_tokens(kvr_bench_stream *s, const uint32_t *t, size_t n, size_t *off)
 {
-    if (s->tok_len + n > s->tok_cap) {
-        size_t ncap = s->tok_cap ? s->tok_cap : 1 << 16;
-        while (ncap < s->tok_len + n)
-            ncap *= 2;
-        uint32_t *nt = realloc(s->tok, ncap * sizeof *nt);
-        if (!nt)
-            return -1;
-        s->tok = nt;
-        s->tok_cap = ncap;
-    }
+    if (kvr_grow((void **)&s->tok, &s->tok_cap, s->tok_len + n, sizeof *s->tok, 1 << 16) < 0)
+        return -1;
     memcpy(s->tok + s->tok_len, t, n * sizeof *t);
     *off = s->tok_len;
     s->tok_len += n;

@@ -13,7 +13,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "bench/bench.h"
-#include "mock/clock.h"
+#include "util/clock.h"
 
 static const char bench_usage[] =
     "usage: kvrouter bench [--trace FILE] [--workers W] [--capacity BLOCKS]\n"
@@ -106,7 +106,7 @@ int kvr_cmd_bench(int argc, char **argv)
 
     kvr_bench_stream s;
     char err[512];
-    double t0 = kvr_sim_seconds(CLOCK_MONOTONIC);
+    double t0 = kvr_clock_seconds(CLOCK_MONOTONIC);
     if (events) {
         if (kvr_bench_read_events(events, &s, err, sizeof err) < 0) {
             fprintf(stderr, "kvrouter bench: %s\n", err);
@@ -127,7 +127,7 @@ int kvr_cmd_bench(int argc, char **argv)
             return 1;
         }
     }
-    double build_s = kvr_sim_seconds(CLOCK_MONOTONIC) - t0;
+    double build_s = kvr_clock_seconds(CLOCK_MONOTONIC) - t0;
     if (emit) {
         FILE *f = fopen(emit, "w");
         if (!f || kvr_bench_write_events(&s, f) < 0) {

@@ -5,18 +5,13 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "index/tree_internal.h"
+#include "util/clock.h"
 
 #define STACK_MIN 64u
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
+static uint64_t mono_ns(void) { return (uint64_t)(kvr_clock_mono() * 1e9); }
 
 /* Exclusive lock for one event or one slice of whole events. If matches
  * are queued behind the previous holder, give them the lock first (bounded,

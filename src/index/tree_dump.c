@@ -11,6 +11,7 @@
 
 #include "index/tree_internal.h"
 #include "kvrouter/wire.h"
+#include "util/grow.h"
 
 typedef struct {
     uint32_t entry;
@@ -44,7 +45,7 @@ typedef struct {
 
 typedef struct {
     uint64_t *e, *l;
-    size_t n, cap;
+    size_t n, ecap, lcap;
     uint64_t parent, seq;
     uint32_t last; /* the last block */
     bool active, has_parent;
@@ -65,21 +66,6 @@ typedef struct {
     kvr_dump_fn fn;
     void *user;
 } walk;
-
-static int reserve(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t ncap = *cap ? *cap : 64;
-    while (ncap < need)
-        ncap *= 2;
-    void *n = realloc(*p, ncap * elem);
-    if (!n)
-        return -1;
-    *p = n;
-    *cap = ncap;
-    return 0;
-}
 
 static void flush_owner(kvr_index *idx, walk *w, uint32_t owner)
 {
@@ -126,19 +112,10 @@ static void emit(kvr_index *idx, walk *w, uint32_t x, uint32_t p, const conn *c,
             ch->parent = pc ? pc->handle : 0;
             ch->seq = ++w->seq;
         }
-        if (ch->n == ch->cap) {
-            size_t ncap = ch->cap ? ch->cap * 2 : 16;
-            uint64_t *ne = realloc(ch->e, ncap * sizeof *ne);
-            if (ne)
-                ch->e = ne;
-            uint64_t *nl = ne ? realloc(ch->l, ncap * sizeof *nl) : NULL;
-            if (nl)
-                ch->l = nl;
-            if (!ne || !nl) {
-                w->oom = true;
-                return;
-            }
-            ch->cap = ncap;
+        if (kvr_grow((void **)&ch->e, &ch->ecap, ch->n + 1, sizeof *ch->e, 16) < 0 ||
+            kvr_grow((void **)&ch->l, &ch->lcap, ch->n + 1, sizeof *ch->l, 16) < 0) {
+            w->oom = true;
+            return;
         }
         ch->e[ch->n] = c->handle;
         ch->l[ch->n++] = KVR_LOCAL(idx, x);
@@ -151,8 +128,8 @@ static int enter(kvr_index *idx, walk *w, uint32_t x, const frame *parent)
 {
     const kvr_oset *o = kvr_osets_get(&idx->sets, kvr_tree_set_of(idx, x));
     const uint32_t *e = kvr_oset_entries(o);
-    if (reserve((void **)&w->a, &w->cap, w->len + o->len, sizeof *w->a) < 0 ||
-        reserve((void **)&w->f, &w->fcap, w->flen + 1, sizeof *w->f) < 0)
+    if (kvr_grow((void **)&w->a, &w->cap, w->len + o->len, sizeof *w->a, 64) < 0 ||
+        kvr_grow((void **)&w->f, &w->fcap, w->flen + 1, sizeof *w->f, 64) < 0)
         return -1;
     size_t off = w->len;
     size_t pi = 0;

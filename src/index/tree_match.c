@@ -14,7 +14,6 @@
  * long prefix shared by many workers costs no step per (block, owner). */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "index/tree_internal.h"
 
@@ -54,23 +53,16 @@ void kvr_match_ctx_stats_get(const kvr_match_ctx *ctx, kvr_match_ctx_stats *out)
     *out = ctx->stats;
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void read_lock(kvr_index *idx, kvr_match_ctx *ctx)
 {
     ctx->stats.matches++;
     if (pthread_rwlock_tryrdlock(&idx->lock) == 0)
         return;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = kvr_index_now_ns();
     atomic_fetch_add(&idx->readers_waiting, 1);
     pthread_rwlock_rdlock(&idx->lock);
     atomic_fetch_sub(&idx->readers_waiting, 1);
-    uint64_t dt = now_ns() - t0;
+    uint64_t dt = kvr_index_now_ns() - t0;
     ctx->stats.waits++;
     ctx->stats.wait_ns += dt;
     if (dt > ctx->stats.max_wait_ns)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "index/tree_internal.h"
+#include "util/grow.h"
 
 /* ---- storage ---- */
 
@@ -287,13 +288,8 @@ static void merge_around(kvr_index *idx, uint32_t r)
 
 static void push(kvr_index *idx, size_t *sp, uint32_t r)
 {
-    if (*sp == idx->stack_cap) {
-        uint32_t *ns = realloc(idx->stack, idx->stack_cap * 2 * sizeof *ns);
-        if (!ns)
-            abort(); /* cannot leave a half-freed subtree behind */
-        idx->stack = ns;
-        idx->stack_cap *= 2;
-    }
+    if (kvr_grow((void **)&idx->stack, &idx->stack_cap, *sp + 1, sizeof *idx->stack, 64) < 0)
+        abort(); /* cannot leave a half-freed subtree behind */
     idx->stack[(*sp)++] = r;
 }
 
