@@ -1,7 +1,7 @@
 # Thin wrapper over CMake. `make test` is what CI runs; `make demo` shows kvrouter working.
 DEPS := cmake pkg-config gcc make libzmq3-dev libmsgpuck-dev libxxhash-dev \
         libmicrohttpd-dev libjansson-dev libcmocka-dev libcurl4-openssl-dev curl \
-        groff-base debhelper dpkg-dev
+        groff-base debhelper dpkg-dev clang libclang-rt-14-dev
 BUILD ?= build
 JOBS ?= $(shell nproc)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -12,7 +12,7 @@ VERSION := $(shell sed -n 's/^project.kvrouter VERSION \([0-9.]*\).*/\1/p' CMake
 DEB_OUT ?= $(BUILD)-deb
 DEB_BUILD_OPTIONS ?=
 
-.PHONY: all deps build test asan-test demo bench install deb clean
+.PHONY: all deps build test asan-test fuzz demo bench install deb clean
 
 all: build
 
@@ -39,6 +39,27 @@ asan-test: deps
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
+# libFuzzer targets (fuzz/): each runs FUZZ_SECONDS from the seeds in
+# fuzz/corpus/<target>/ (what it finds stays in $(FUZZ_BUILD)/corpus); a
+# crash or a broken invariant fails the target and leaves the input as
+# $(FUZZ_BUILD)/crash-* to replay: $(FUZZ_BUILD)/fuzz/fuzz_<target> FILE.
+FUZZ_SECONDS ?= 30
+FUZZ_BUILD ?= build-fuzz
+FUZZ_TARGETS := wire json_body
+fuzz: deps
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DKVR_FUZZ=ON -DBUILD_TESTING=OFF \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
+	  echo "fuzz_$$t: $(FUZZ_SECONDS) s"; \
+	  $(FUZZ_BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -dict=fuzz/$$t.dict \
+	    -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/ \
+	    $(FUZZ_BUILD)/corpus/$$t fuzz/corpus/$$t 2>$(FUZZ_BUILD)/fuzz_$$t.log \
+	    || { tail -40 $(FUZZ_BUILD)/fuzz_$$t.log; exit 1; }; \
+	  grep -E "stat::number_of_executed_units|stat::peak_rss_mb" $(FUZZ_BUILD)/fuzz_$$t.log; \
+	done
+
 demo: deps build
 	BUILD=$(BUILD) ./scripts/demo.sh
 
@@ -60,4 +81,4 @@ deb: deps
 	@ls $(DEB_OUT)/*.deb
 
 clean:
-	rm -rf $(BUILD) build-asan $(DEB_OUT)
+	rm -rf $(BUILD) build-asan $(DEB_OUT) $(FUZZ_BUILD)
