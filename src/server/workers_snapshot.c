@@ -62,34 +62,35 @@ const char *kvr_lstatus_name(kvr_lstatus s)
 }
 
 /* The whole mapping from what the source layer knows about a listener to
- * Dynamo's words. Before the first message, or while held for peer recovery,
- * a listener is pending (its engine may be down, or up and idle); after it,
- * active, also while it replays a gap (it keeps receiving; the gap is being
- * refilled), unless the connection is down now (pending again, with the
- * reason). A replay endpoint that fails does not stop the live feed: the
- * listener stays active and shows the endpoint's last error. kvrouter never
- * pauses a listener and ZeroMQ reconnects forever, so nothing maps to paused
- * or failed yet. */
+ * Dynamo's words (Dynamo: pending until its SUB is connected, active from
+ * then on, failed when its listener gave up, paused on request):
+ * - held for peer recovery: pending (nothing applies until the dump is in);
+ * - connected (the SUB's monitor saw the handshake): active, whether or not
+ *   the engine published yet, so a gateway that waits for active can send
+ *   an idle engine its first request; also while it replays a gap;
+ * - not connected and never heard from: pending (the engine is not up yet);
+ * - not connected after it published: failed, its engine gone or
+ *   unreachable. ZeroMQ keeps reconnecting, so unlike Dynamo's a failed
+ *   listener becomes active again by itself when the engine is back.
+ * A replay endpoint that fails does not stop the live feed: the status
+ * stays as above and last_error names the endpoint and its error (a lost
+ * connection takes precedence). kvrouter never pauses a listener. */
 kvr_lstatus kvr_listener_status(const kvr_listener_info *l, char *last_error, size_t cap)
 {
     if (cap)
         last_error[0] = 0;
+    if (l->state == KVR_LISTENER_HELD)
+        return KVR_LSTATUS_PENDING;
     if (cap && l->replay_state >= KVR_REPLAY_BACKOFF)
         snprintf(last_error, cap, "replay endpoint %s: %s", l->replay_endpoint,
                  l->replay_error);
-    switch (l->state) {
-    case KVR_LISTENER_LIVE:
-    case KVR_LISTENER_REPLAYING:
-        if (l->connected)
-            return KVR_LSTATUS_ACTIVE;
-        if (cap)
-            snprintf(last_error, cap, "not connected to %s", l->endpoint);
+    if (l->connected)
+        return KVR_LSTATUS_ACTIVE;
+    if (!l->has_seq)
         return KVR_LSTATUS_PENDING;
-    case KVR_LISTENER_CONNECTING:
-    case KVR_LISTENER_HELD:
-    default:
-        return KVR_LSTATUS_PENDING;
-    }
+    if (cap)
+        snprintf(last_error, cap, "connection to %s lost; reconnecting", l->endpoint);
+    return KVR_LSTATUS_FAILED;
 }
 
 kvr_lstatus kvr_worker_status(const kvr_listener_info *ls, size_t n)

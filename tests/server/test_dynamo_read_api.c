@@ -26,15 +26,21 @@ static void start(srv_t *s)
     assert_non_null(s->srv);
 }
 
-static void reg(const srv_t *s, uint64_t id, uint32_t rank, const char *model, const char *group,
-                const th_engine *e)
+static long reg_at(const srv_t *s, uint64_t id, uint32_t rank, const char *model,
+                   const char *group, const char *endpoint)
 {
     char body[1024];
     snprintf(body, sizeof body,
              "{\"instance_id\": %llu, \"dp_rank\": %u, \"endpoint\": \"%s\", \"model_name\": "
              "\"%s\", \"routing_group\": \"%s\", \"block_size\": %d}",
-             (unsigned long long)id, rank, e->endpoint, model, group, BS);
-    assert_int_equal(th_register(s->base, body, NULL), 201);
+             (unsigned long long)id, rank, endpoint, model, group, BS);
+    return th_register(s->base, body, NULL);
+}
+
+static void reg(const srv_t *s, uint64_t id, uint32_t rank, const char *model, const char *group,
+                const th_engine *e)
+{
+    assert_int_equal(reg_at(s, id, rank, model, group, e->endpoint), 201);
 }
 
 static bool is_status_name(const char *s)
@@ -135,6 +141,25 @@ static void send_one_block(th_engine *e, uint64_t seq, uint64_t hash, uint64_t f
     th_send_events(e, seq, &ev, 1, true);
 }
 
+/* Polls /workers until listener `rank` of worker (id, "default") has status
+ * want; returns that worker's element (caller decrefs *root). */
+static json_t *wait_listener(const srv_t *s, uint64_t id, const char *rank, const char *want,
+                             json_t **root)
+{
+    double end = th_now() + WAIT / 1000.0;
+    for (;;) {
+        *root = th_json("GET", s->base, "/workers", NULL, NULL);
+        json_t *w = find_worker(*root, id, "default");
+        if (strcmp(listener_status(w, rank), want) == 0)
+            return w;
+        json_decref(*root);
+        if (th_now() > end)
+            fail_msg("listener %s of worker %llu never became %s", rank,
+                     (unsigned long long)id, want);
+        th_sleep_ms(5);
+    }
+}
+
 static void test_workers_bare_array_with_dynamo_fields(void **state)
 {
     (void)state;
@@ -143,8 +168,9 @@ static void test_workers_bare_array_with_dynamo_fields(void **state)
     th_engine e[4];
     for (int i = 0; i < 4; i++)
         th_engine_start(&e[i]);
+    /* Worker 1: rank 0 on a live (idle) engine, rank 1 where nothing listens. */
     reg(&s, 1, 0, "m", "default", &e[0]);
-    reg(&s, 1, 1, "m", "default", &e[1]);
+    assert_int_equal(reg_at(&s, 1, 1, "m", "default", "tcp://127.0.0.1:1"), 201);
     reg(&s, 2, 0, "m", "g2", &e[2]);
     reg(&s, 3, 0, "other", "default", &e[3]);
 
@@ -160,35 +186,35 @@ static void test_workers_bare_array_with_dynamo_fields(void **state)
     json_t *eps = json_object_get(w1, "endpoints");
     assert_int_equal(json_object_size(eps), 2);
     assert_string_equal(json_string_value(json_object_get(eps, "0")), e[0].endpoint);
-    assert_string_equal(json_string_value(json_object_get(eps, "1")), e[1].endpoint);
+    assert_string_equal(json_string_value(json_object_get(eps, "1")), "tcp://127.0.0.1:1");
     assert_int_equal(json_integer_value(json_object_get(w1, "block_size")), BS);
-    /* Nothing heard yet: every listener, and so every worker, is pending. */
-    assert_string_equal(listener_status(w1, "0"), "pending");
+    json_decref(arr);
+
+    /* Rank 0 connects to its engine: active before it publishes anything;
+     * rank 1 cannot connect: pending, and so is the worker (the worst). */
+    w1 = wait_listener(&s, 1, "0", "active", &arr);
+    assert_string_equal(listener_status(w1, "1"), "pending");
     assert_string_equal(json_string_value(json_object_get(w1, "status")), "pending");
     json_decref(arr);
 
-    /* Rank 0 hears its engine: that listener is active, the worker is still
-     * pending (the worst of its listeners) until rank 1 hears too. */
-    assert_true(th_engine_wait_sub(&e[0], WAIT));
-    assert_true(th_engine_wait_sub(&e[1], WAIT));
-    send_one_block(&e[0], 0, 11, 100);
-    double end = th_now() + WAIT / 1000.0;
-    for (;;) {
-        arr = th_json("GET", s.base, "/workers", NULL, NULL);
-        w1 = find_worker(arr, 1, "default");
-        bool heard = strcmp(listener_status(w1, "0"), "active") == 0;
-        if (heard) {
-            assert_string_equal(listener_status(w1, "1"), "pending");
-            assert_string_equal(json_string_value(json_object_get(w1, "status")), "pending");
-        }
-        json_decref(arr);
-        if (heard)
-            break;
-        assert_true(th_now() < end);
-        th_sleep_ms(5);
-    }
-    send_one_block(&e[1], 0, 12, 200);
+    /* Rank 1 moves to a live engine: both active, the worker active. */
+    assert_int_equal(reg_at(&s, 1, 1, "m", "default", e[1].endpoint), 200);
     assert_true(wait_worker_status(&s, 1, "default", "active"));
+
+    /* Rank 0's engine publishes, then goes away: failed, saying why, and the
+     * worker with it. */
+    assert_true(th_engine_wait_sub(&e[0], WAIT));
+    send_one_block(&e[0], 0, 11, 100);
+    assert_int_equal(th_wait_counter(s.base, 1, "m", "batches", 1, WAIT), 1);
+    th_engine_stop(&e[0]);
+    w1 = wait_listener(&s, 1, "0", "failed", &arr);
+    const char *err = json_string_value(json_object_get(
+        json_object_get(json_object_get(w1, "listeners"), "0"), "last_error"));
+    assert_non_null(err);
+    assert_non_null(strstr(err, "lost"));
+    assert_string_equal(json_string_value(json_object_get(w1, "status")), "failed");
+    assert_string_equal(listener_status(w1, "1"), "active");
+    json_decref(arr);
 
     /* Filters: ?model_name=, ?routing_group=, both; empty means any. */
     assert_int_equal(workers_count(&s, "?model_name=m"), 2);
@@ -200,7 +226,7 @@ static void test_workers_bare_array_with_dynamo_fields(void **state)
     assert_int_equal(json_integer_value(json_object_get(json_array_get(arr, 0), "instance_id")),
                      2);
     json_decref(arr);
-    for (int k = 0; k < 4; k++)
+    for (int k = 1; k < 4; k++)
         th_engine_stop(&e[k]);
     kvr_server_stop(s.srv);
 }
@@ -212,27 +238,40 @@ static void test_listener_status_mapping(void **state)
     (void)state;
     kvr_listener_info l[3];
     memset(l, 0, sizeof l);
-    char err[64] = "x";
+    snprintf(l[0].endpoint, sizeof l[0].endpoint, "tcp://e:1");
+    char err[128] = "x";
+    /* Never connected: pending, no error. */
     l[0].state = KVR_LISTENER_CONNECTING;
     assert_int_equal(kvr_listener_status(&l[0], err, sizeof err), KVR_LSTATUS_PENDING);
     assert_string_equal(err, "");
+    /* Connected: active before the first message too (an idle engine). */
+    l[0].connected = true;
+    assert_int_equal(kvr_listener_status(&l[0], err, sizeof err), KVR_LSTATUS_ACTIVE);
     l[0].state = KVR_LISTENER_LIVE;
-    l[0].connected = l[1].connected = true;
+    l[0].has_seq = true;
     assert_int_equal(kvr_listener_status(&l[0], err, sizeof err), KVR_LSTATUS_ACTIVE);
     l[0].state = KVR_LISTENER_REPLAYING;
     assert_int_equal(kvr_listener_status(&l[0], err, sizeof err), KVR_LSTATUS_ACTIVE);
-    /* a failing replay endpoint leaves the live feed active, with the reason */
+    assert_string_equal(err, "");
+    /* A failing replay endpoint leaves the live feed active, with the reason. */
     l[0].replay_state = KVR_REPLAY_BACKOFF;
     snprintf(l[0].replay_endpoint, sizeof l[0].replay_endpoint, "tcp://h:1");
     snprintf(l[0].replay_error, sizeof l[0].replay_error, "timeout");
     assert_int_equal(kvr_listener_status(&l[0], err, sizeof err), KVR_LSTATUS_ACTIVE);
     assert_string_equal(err, "replay endpoint tcp://h:1: timeout");
+    l[0].replay_state = KVR_REPLAY_FAILING;
+    assert_int_equal(kvr_listener_status(&l[0], err, sizeof err), KVR_LSTATUS_ACTIVE);
+    assert_string_equal(err, "replay endpoint tcp://h:1: timeout");
     l[0].replay_state = KVR_REPLAY_OK;
-    /* the engine went away after it published: pending again */
+    /* The engine went away after it published: failed, saying why. */
+    l[0].state = KVR_LISTENER_LIVE;
     l[0].connected = false;
+    assert_int_equal(kvr_listener_status(&l[0], err, sizeof err), KVR_LSTATUS_FAILED);
+    assert_string_equal(err, "connection to tcp://e:1 lost; reconnecting");
+    /* Held for a peer dump: pending whatever the connection. */
+    l[0].state = KVR_LISTENER_HELD;
     assert_int_equal(kvr_listener_status(&l[0], err, sizeof err), KVR_LSTATUS_PENDING);
     l[0].connected = true;
-    l[0].state = KVR_LISTENER_HELD;
     assert_int_equal(kvr_listener_status(&l[0], err, sizeof err), KVR_LSTATUS_PENDING);
     for (int st = 0; st < KVR_LISTENER_STATE_COUNT; st++) {
         l[0].state = (kvr_listener_state)st;
@@ -243,12 +282,17 @@ static void test_listener_status_mapping(void **state)
     assert_true(KVR_LSTATUS_ACTIVE > KVR_LSTATUS_PAUSED);
     assert_string_equal(kvr_lstatus_name(KVR_LSTATUS_PAUSED), "paused");
     assert_string_equal(kvr_lstatus_name(KVR_LSTATUS_FAILED), "failed");
+    /* Worst of: active + active = active; + pending = pending; + failed. */
+    memset(l, 0, sizeof l);
+    l[0].connected = l[1].connected = true;
     l[0].state = KVR_LISTENER_LIVE;
     l[1].state = KVR_LISTENER_REPLAYING;
-    l[2].state = KVR_LISTENER_CONNECTING;
     assert_int_equal(kvr_worker_status(l, 2), KVR_LSTATUS_ACTIVE);
     assert_int_equal(kvr_worker_status(l, 3), KVR_LSTATUS_PENDING);
     assert_int_equal(kvr_worker_status(l + 2, 1), KVR_LSTATUS_PENDING);
+    l[1].connected = false;
+    l[1].has_seq = true;
+    assert_int_equal(kvr_worker_status(l, 3), KVR_LSTATUS_FAILED);
     assert_int_equal(kvr_worker_status(l, 0), KVR_LSTATUS_PENDING);
 }
 
