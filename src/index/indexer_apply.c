@@ -111,6 +111,8 @@ void kvr_ix_worker_drop_state(kvr_worker *w)
 
 static bool ensure_local(kvr_rank_state *r, size_t n)
 {
+    if (n <= r->local_cap) /* the common case stays inline */
+        return true;
     return kvr_grow((void **)&r->local, &r->local_cap, n, sizeof *r->local, 64) == 0;
 }
 

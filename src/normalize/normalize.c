@@ -189,7 +189,7 @@ static void empty_removal(kvr_norm_event *out)
 
 static bool grow(void **buf, size_t *cap, size_t need, size_t elem)
 {
-    return kvr_grow(buf, cap, need, elem, 256) == 0;
+    return need <= *cap || kvr_grow(buf, cap, need, elem, 256) == 0; /* fits: stays inline */
 }
 
 /* Narrows u64 tokens into the scratch buffer. Returns the position of the

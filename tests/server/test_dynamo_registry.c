@@ -282,6 +282,26 @@ static void test_access_log_lines_and_reopen(void **state)
     const char *t = json_string_value(json_object_get(a, "time"));
     assert_true(t && strlen(t) == 24 && t[10] == 'T' && t[23] == 'Z');
     assert_int_equal(json_integer_value(json_object_get(json_array_get(lines, 1), "status")), 404);
+    assert_null(json_object_get(json_array_get(lines, 1), "trace_id"));
+    json_decref(lines);
+    /* The trace header's value is the line's trace_id. */
+    CURL *c = curl_easy_init();
+    char url[128];
+    snprintf(url, sizeof url, "%s/health", s.base);
+    struct curl_slist *h = curl_slist_append(NULL, "X-Trace-Id: req-42");
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, th_on_data);
+    th_buf sink = {0};
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
+    assert_int_equal(curl_easy_perform(c), CURLE_OK);
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    free(sink.data);
+    lines = lines_of(path);
+    assert_int_equal(json_array_size(lines), 3);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(lines, 2), "trace_id")),
+                        "req-42");
     json_decref(lines);
 
     /* Rotation: the file is renamed, /reopen_logs starts a new one at the path. */
@@ -295,7 +315,7 @@ static void test_access_log_lines_and_reopen(void **state)
     json_decref(r);
     assert_int_equal(status_of(&s, "GET", "/health", NULL), 200);
     lines = lines_of(rotated);
-    assert_int_equal(json_array_size(lines), 2);
+    assert_int_equal(json_array_size(lines), 3);
     json_decref(lines);
     lines = lines_of(path); /* the /reopen_logs request itself is the new file's first line */
     assert_int_equal(json_array_size(lines), 2);
