@@ -256,7 +256,7 @@ static const kvr_option serve_rows[] = {
     CUSTOM("router", NULL, "object of router settings (keys below)", NULL, set_router_json,
            .flags = KVR_OPT_NO_CLI),
     {.name = "metrics_per_worker", .type = KVR_OPT_BOOL, .offset = S(server.metrics_per_worker),
-     .help = "/metrics also writes every kvr_worker_* family (about 40 series per worker)",
+     .help = "/metrics also writes every kvr_worker_* family (about 45 series per worker)",
      .flags = KVR_OPT_NO_VALUE},
     {.name = "log_format", .type = KVR_OPT_CHOICE, .offset = S(log_format),
      .choices = log_formats, .def = "text", .help = "stderr lines: text, or one JSON object each",
