@@ -1,7 +1,8 @@
 # Thin wrapper over CMake. `make test` is what CI runs; `make demo` shows kvrouter working.
 DEPS := cmake pkg-config gcc make libzmq3-dev libmsgpuck-dev libxxhash-dev \
         libmicrohttpd-dev libjansson-dev libcmocka-dev libcurl4-openssl-dev curl \
-        groff-base debhelper dpkg-dev clang libclang-rt-14-dev
+        groff-base debhelper dpkg-dev clang libclang-rt-14-dev \
+        libnats-dev nats-server
 BUILD ?= build
 JOBS ?= $(shell nproc)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -12,7 +13,7 @@ VERSION := $(shell sed -n 's/^project.kvrouter VERSION \([0-9.]*\).*/\1/p' CMake
 DEB_OUT ?= $(BUILD)-deb
 DEB_BUILD_OPTIONS ?=
 
-.PHONY: all deps build test asan-test fuzz demo bench install deb clean
+.PHONY: all deps build test asan-test fuzz demo demo-replicas bench install deb clean
 
 all: build
 
@@ -62,6 +63,10 @@ fuzz: deps
 
 demo: deps build
 	BUILD=$(BUILD) ./scripts/demo.sh
+
+# Two replicas sharing one simulated fleet through NATS (README: Several replicas).
+demo-replicas: deps build
+	BUILD=$(BUILD) ./scripts/demo_replicas.sh
 
 bench: deps build
 	./$(BUILD)/kvrouter bench --trace data/conversation_trace.jsonl --workers 1000

@@ -4,6 +4,7 @@
 #ifndef KVROUTER_SERVER_H
 #define KVROUTER_SERVER_H
 
+#include "kvrouter/cluster.h"
 #include "kvrouter/registry.h"
 #include "kvrouter/route.h"
 #include "kvrouter/source.h"
@@ -49,6 +50,14 @@ typedef struct {
     /* JSON array of /register objects registered after `workers`, with
      * origin "config" (borrowed; NULL for none). */
     const char *workers_json;
+    /* Several replicas (SPEC §10, include/kvrouter/cluster.h): on when
+     * cluster.nats_url is set (then cluster.name is required). The server
+     * fills the codec, ready_fn and booking_ttl_s (the router's); an unset
+     * replica_url is http://<listen address or, for 0.0.0.0, the host
+     * name>:<port>, which needs a fixed port. The cluster starts before the
+     * peer dump: a ready replica found in its membership bucket is the peer
+     * recovered from, `peers` the fallback. */
+    kvr_cluster_config cluster;
 } kvr_server_config;
 
 void kvr_server_config_default(kvr_server_config *cfg);

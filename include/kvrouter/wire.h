@@ -102,6 +102,14 @@ typedef enum {
 
 const char *kvr_batch_error_name(kvr_batch_error err);
 
+/* The wire's whole-payload check for any msgpack document, not only event
+ * batches (the cluster layer's booking batches go through it): no
+ * truncation or trailing bytes, nesting at most KVR_WIRE_MAX_DEPTH, every
+ * container count within the bytes left (mp_check alone can be fooled by a
+ * forged 32-bit count). After OK, mp_decode_* and mp_next stay inside
+ * [p, p + len). OK, INVALID_MSGPACK or TOO_LARGE. */
+kvr_batch_error kvr_msgpack_validate(const char *p, size_t len);
+
 /* Default per-message byte limit (kvr_batch_set_max_bytes): SGLang and vLLM
  * batches are kilobytes; a store of 2^20 tokens is a few MiB. */
 #define KVR_WIRE_DEFAULT_MAX_BYTES (64u << 20)

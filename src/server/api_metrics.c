@@ -264,6 +264,25 @@ static bool worker_labels(kvr_metrics_ctx *m)
     return true;
 }
 
+/* The replica cluster (SPEC §10), with --nats: the NATS connection state
+ * (1 for the current one), then the cluster's counter list like the source
+ * and normalizer lists: kvr_cluster_NAME_total, gauges kvr_cluster_NAME. */
+static void cluster_metrics(kvr_metrics_ctx *m)
+{
+    if (!m->srv->cluster)
+        return;
+    kvr_cluster_status st;
+    kvr_cluster_status_get(m->srv->cluster, &st);
+    kvr_metrics_family(m->b, "kvr_cluster_connection", "gauge",
+                       "NATS connection state of the replica cluster: 1 for the current one");
+    for (int k = KVR_CLUSTER_CONNECTING; k <= KVR_CLUSTER_CLOSED; k++)
+        kvr_sbuf_printf(m->b, "kvr_cluster_connection{state=\"%s\"} %d\n",
+                        kvr_cluster_conn_name((kvr_cluster_conn)k), st.conn == (kvr_cluster_conn)k);
+    counter_list cl = {kvr_cluster_counter_descs, kvr_cluster_counter_count, "cluster_", NULL, 0,
+                       &st.c, NULL, 0};
+    list_families(m, &cl, "kvr_");
+}
+
 void kvr_api_metrics(kvr_server *srv, json_t *body, kvr_api_reply *reply)
 {
     (void)body;
@@ -283,6 +302,7 @@ void kvr_api_metrics(kvr_server *srv, json_t *body, kvr_api_reply *reply)
     listener_families(&m);
     counter_lists(&m);
     kvr_metrics_router(&m);
+    cluster_metrics(&m);
     kvr_route_cache_write(&b, &srv->route_cache);
     kvr_metrics_http(&m);
     free(m.wlabels);

@@ -77,6 +77,40 @@ bool kvr_api_parse_registration(json_t *body, const kvr_registration *defaults,
     return true;
 }
 
+/* The other direction, for the cluster's registrations bucket (its values
+ * are /register JSON, read back by the parser above): every field the
+ * parser reads, defaults written out, keys sorted, so equal registrations
+ * give equal text. A new /register field goes in both (test_cluster_codec
+ * round-trips every field). */
+char *kvr_api_format_registration(const kvr_registration *reg)
+{
+    const kvr_worker_settings *s = &reg->settings;
+    json_t *o = json_pack("{s:o,s:s,s:s,s:I,s:s,s:I,s:s,s:b,s:s}", "instance_id",
+                          kvr_json_u64_num(s->worker_id), "endpoint", reg->endpoint,
+                          "model_name", s->model_name, "block_size", (json_int_t)s->block_size,
+                          "routing_group",
+                          s->routing_group && s->routing_group[0] ? s->routing_group
+                                                                  : KVR_DEFAULT_ROUTING_GROUP,
+                          "dp_rank", (json_int_t)reg->dp_rank, "mm_identity",
+                          kvr_mm_identity_name(s->mm_identity), "is_eagle", s->is_eagle,
+                          "engine", kvr_engine_name(s->engine));
+    if (!o)
+        return NULL;
+    if (reg->replay_endpoint && reg->replay_endpoint[0])
+        json_object_set_new(o, "replay_endpoint", json_string(reg->replay_endpoint));
+    if (reg->topic && reg->topic[0])
+        json_object_set_new(o, "topic", json_string(reg->topic));
+    if (s->lora_name && s->lora_name[0])
+        json_object_set_new(o, "lora_name", json_string(s->lora_name));
+    if (s->accepts_mm_hashes >= 0)
+        json_object_set_new(o, "accepts_mm_hashes", json_boolean(s->accepts_mm_hashes > 0));
+    if (s->has_image_token_id)
+        json_object_set_new(o, "image_token_id", json_integer(s->image_token_id));
+    char *text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(o);
+    return text;
+}
+
 bool kvr_server_parse_registration(const struct json_t *obj, const kvr_registration *defaults,
                                    kvr_registration *reg, char *err, size_t err_len)
 {

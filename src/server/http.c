@@ -77,6 +77,7 @@ const kvr_endpoint_def kvr_endpoint_table[] = {
     {"POST", "/free", kvr_api_free, NULL, NULL, KVR_ACCESS_QUERY, false},
     {"GET", "/dump", kvr_api_dump, NULL, NULL, KVR_ACCESS_ADMIN, false},
     {"GET", "/health", kvr_api_health, NULL, NULL, KVR_ACCESS_OPEN, true},
+    {"GET", "/ready", kvr_api_ready, NULL, NULL, KVR_ACCESS_OPEN, true},
     {"GET", "/metrics", kvr_api_metrics, NULL, NULL, KVR_ACCESS_OPEN, true},
     {"POST", "/reopen_logs", kvr_api_reopen_logs, NULL, NULL, KVR_ACCESS_ADMIN, true},
 };

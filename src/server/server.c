@@ -25,6 +25,7 @@ void kvr_server_config_default(kvr_server_config *cfg)
     cfg->http_threads = 2;
     kvr_source_config_default(&cfg->source);
     kvr_router_config_default(&cfg->router);
+    kvr_cluster_config_default(&cfg->cluster);
 }
 
 void kvr_sbuf_append(kvr_sbuf *b, const char *s, size_t n)
@@ -276,12 +277,15 @@ kvr_server *kvr_server_start(const kvr_server_config *cfg_in, char *err, size_t 
         kvr_server_stop(srv);
         return NULL;
     }
-    if (start_logs_and_wait(srv, &cfg, err, err_len) != 0) {
+    if (start_logs_and_wait(srv, &cfg, err, err_len) != 0 ||
+        kvr_server_cluster_start(srv, &cfg, err, err_len) != 0) {
         kvr_server_stop(srv);
         return NULL;
     }
-    /* Peers first: their snapshot is the base the live streams continue. */
-    for (size_t i = 0; i < cfg.n_peers; i++) {
+    /* Peers first: their snapshot is the base the live streams continue. A
+     * ready replica of the cluster first, the static list as the fallback. */
+    bool recovered = kvr_server_recover_from_cluster(srv);
+    for (size_t i = 0; !recovered && i < cfg.n_peers; i++) {
         char e[256];
         long n = kvr_server_fetch_peer(srv, cfg.peers[i], e, sizeof e);
         if (n < 0)
@@ -310,6 +314,9 @@ kvr_server *kvr_server_start(const kvr_server_config *cfg_in, char *err, size_t 
                 "waiting for %zu initial workers (%zu registered): until then only /register, "
                 "/unregister, /workers, /health, /metrics and /reopen_logs answer",
                 srv->min_initial_workers, kvr_registry_workers(srv->registry));
+    atomic_store(&srv->started, true);
+    if (srv->cluster)
+        kvr_cluster_refresh(srv->cluster); /* peers may recover from it now */
     return srv;
 }
 
@@ -318,6 +325,7 @@ void kvr_server_stop(kvr_server *srv)
     if (!srv)
         return;
     kvr_http_stop(srv);
+    kvr_cluster_stop(srv->cluster);
     kvr_sweeper_stop(srv->sweeper);
     kvr_source_destroy(srv->src);
     kvr_registry_destroy(srv->registry);

@@ -83,6 +83,10 @@ struct kvr_server {
     _Atomic uint64_t dump_records_loaded;
     bool metrics_per_worker;
     kvr_route_cache_stats route_cache; /* observed by /route, written by /metrics */
+    kvr_cluster *cluster;    /* NULL without --nats */
+    _Atomic bool started;    /* kvr_server_start finished: /ready may say yes */
+    char peer_url[512];      /* the peer recovered from ("" none), for /ready */
+    long peer_records;       /* its records loaded, -1 when its dump failed */
 };
 
 /* server.c: true once min_initial_workers are (or were) registered. */
@@ -91,6 +95,17 @@ bool kvr_server_serving_all(kvr_server *srv);
 /* dump_load.c: GET base_url/dump and load it; the records applied, or -1
  * with err. */
 long kvr_server_fetch_peer(kvr_server *srv, const char *base_url, char *err, size_t err_len);
+
+/* cluster_link.c: the cluster layer started with the server's codec and
+ * readiness (0, or -1 with err), and the peer recovery that prefers a
+ * ready replica of the cluster. true when a peer's dump was loaded. */
+int kvr_server_cluster_start(kvr_server *srv, const kvr_server_config *cfg, char *err,
+                             size_t err_len);
+bool kvr_server_recover_from_cluster(kvr_server *srv);
+
+/* api_ready.c: whether /ready says 200; reason (when not) names what is
+ * missing. */
+bool kvr_server_ready(kvr_server *srv, char *reason, size_t cap);
 
 /* http.c */
 int kvr_http_start(kvr_server *srv, const char *addr, int port, unsigned threads, char *err,
@@ -103,6 +118,9 @@ int kvr_http_init_endpoints(kvr_server *srv);
  * type. */
 bool kvr_api_parse_registration(json_t *body, const kvr_registration *defaults,
                                 kvr_registration *reg, kvr_json_err *e);
+/* reg as /register JSON (malloc'd; NULL when out of memory): the format
+ * of the cluster's registrations bucket. */
+char *kvr_api_format_registration(const kvr_registration *reg);
 /* The HTTP status of a registry result (201, 200, 400, 409, 503, 500). */
 int kvr_api_registry_status(kvr_registry_result r);
 
@@ -115,6 +133,7 @@ void kvr_api_dump(kvr_server *srv, json_t *body, kvr_api_reply *reply);
 void kvr_api_health(kvr_server *srv, json_t *body, kvr_api_reply *reply);
 void kvr_api_reopen_logs(kvr_server *srv, json_t *body, kvr_api_reply *reply);
 void kvr_api_metrics(kvr_server *srv, json_t *body, kvr_api_reply *reply);
+void kvr_api_ready(kvr_server *srv, json_t *body, kvr_api_reply *reply);
 
 /* Growable text buffer for non-JSON replies. */
 typedef struct {

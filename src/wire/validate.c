@@ -92,3 +92,9 @@ kvr_batch_error kvr_wire_validate(const char *p, size_t len, kvr_wire_top *top)
         }
     }
 }
+
+kvr_batch_error kvr_msgpack_validate(const char *p, size_t len)
+{
+    kvr_wire_top top;
+    return kvr_wire_validate(p, len, &top);
+}

@@ -407,6 +407,22 @@ static inline kvr_server *th_server_start(const kvr_server_config *cfg, char *ba
     return srv;
 }
 
+/* Whether GET /workers lists instance id. */
+static inline bool th_has_worker(const char *base, uint64_t id)
+{
+    json_t *r = th_json("GET", base, "/workers", NULL, NULL);
+    bool found = false;
+    size_t i;
+    json_t *w;
+    json_array_foreach(r, i, w)
+    {
+        json_t *x = json_object_get(w, "instance_id");
+        found = found || (json_is_integer(x) && (uint64_t)json_integer_value(x) == id);
+    }
+    json_decref(r);
+    return found;
+}
+
 static inline long th_register(const char *base, const char *json_body, json_t **reply)
 {
     long st;

@@ -1,0 +1,372 @@
+/* The cluster layer's threads and cnats' callbacks into it.
+ * - control: after every (re)connection makes sure the buckets and the
+ *   stream exist, has the watch thread read the registrations bucket anew,
+ *   then (once that read is done, so the replayed bookings find their
+ *   models) subscribes to the bookings stream; while connected it writes
+ *   the registry's pending changes and heartbeats membership.
+ * - watch: reads the registrations bucket and applies it to the registry.
+ * - flush: publishes the outbox's batches.
+ * A lost connection disables the outbox and marks the state stale; cnats
+ * reconnects by itself and the next setup catches up. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster/cluster_state.h"
+#include "kvrouter/log.h"
+#include "util/clock.h"
+
+static bool connected(kvr_cluster *c)
+{
+    return atomic_load(&c->conn) == KVR_CLUSTER_CONNECTED;
+}
+
+/* ---- cnats callbacks ------------------------------------------------------ */
+
+void cl_on_conn(void *user, kvr_cluster_conn state)
+{
+    kvr_cluster *c = user;
+    if (state == KVR_CLUSTER_CONNECTED) {
+        atomic_fetch_add(&c->connects, 1);
+        atomic_store(&c->conn, KVR_CLUSTER_CONNECTED);
+        kvr_log(KVR_LOG_INFO, "cluster: connected to NATS (%s)", c->cfg.nats_url);
+    } else {
+        int was = atomic_exchange(&c->conn, state);
+        if (was == KVR_CLUSTER_CONNECTED && !atomic_load(&c->closing)) {
+            atomic_fetch_add(&c->disconnects, 1);
+            kvr_log(KVR_LOG_WARN,
+                    "cluster: lost NATS; routing goes on with local bookings, registrations "
+                    "are written once it is back");
+        }
+        cl_outbox_enable(&c->outbox, false);
+        atomic_store(&c->registrations_loaded, false);
+    }
+    pthread_mutex_lock(&c->mu);
+    if (state == KVR_CLUSTER_CONNECTED)
+        c->need_setup = true;
+    else
+        c->setup_ok = false;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void cl_on_batch(void *user, const char *data, size_t len, uint64_t seq, int64_t wall_ns,
+                 uint64_t pending)
+{
+    kvr_cluster *c = user;
+    cl_inbox_apply(&c->inbox, data, len, wall_ns, (int64_t)(kvr_clock_wall() * 1e9));
+    atomic_store(&c->last_seq, seq);
+    if (pending == 0 && !atomic_load(&c->bookings_replayed)) {
+        pthread_mutex_lock(&c->mu);
+        atomic_store(&c->bookings_replayed, true);
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+    }
+}
+
+void cl_on_publish_error(void *user, const char *data, size_t len)
+{
+    kvr_cluster *c = user;
+    atomic_fetch_add(&c->publish_failures, cl_batch_count(data, len));
+}
+
+/* ---- control thread -------------------------------------------------------- */
+
+static void subscribe(kvr_cluster *c)
+{
+    char err[256];
+    int64_t created = 0;
+    bool none = false;
+    if (cl_nats_subscribe(c->nats, atomic_load(&c->last_seq), c->stream_created, &created, &none,
+                          err, sizeof err) < 0) {
+        KVR_LOG_LIMITED(KVR_LOG_WARN, NULL, "cluster: %s (retried)", err);
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    if (created != c->stream_created)
+        atomic_store(&c->last_seq, 0);
+    c->stream_created = created;
+    c->subscribed = true;
+    if (none)
+        atomic_store(&c->bookings_replayed, true);
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Everything a fresh connection needs; false to be retried. Called and
+ * returns with c->mu held. */
+static bool setup(kvr_cluster *c)
+{
+    pthread_mutex_unlock(&c->mu);
+    cl_nats_limits lim = {(int64_t)(c->cfg.booking_ttl_s * 1e9), c->cfg.stream_max_bytes,
+                          (int64_t)c->cfg.membership_ttl_s * 1000000000ll};
+    char err[256];
+    int rc = cl_nats_ensure(c->nats, &c->names, &lim, err, sizeof err);
+    if (rc < 0)
+        KVR_LOG_LIMITED(KVR_LOG_WARN, NULL, "cluster: %s (retried)", err);
+    else {
+        size_t room = cl_nats_max_payload(c->nats);
+        pthread_mutex_lock(&c->outbox.mu);
+        if (room > 4096 && c->outbox.max_bytes > room - 4096)
+            c->outbox.max_bytes = (uint32_t)(room - 4096);
+        pthread_mutex_unlock(&c->outbox.mu);
+        cl_outbox_enable(&c->outbox, true);
+    }
+    pthread_mutex_lock(&c->mu);
+    if (rc < 0 || !connected(c))
+        return false;
+    c->setup_ok = true;
+    c->subscribed = false;
+    uint64_t gen = ++c->watch_gen;
+    if (c->watch)
+        cl_nats_watch_stop(c->watch);
+    pthread_cond_broadcast(&c->cv);
+    /* The consumer waits for the registrations (their models), not longer
+     * than a start would. */
+    struct timespec deadline = cl_deadline(c->cfg.startup_timeout_ms / 1e3);
+    while (!c->stop && c->loaded_gen < gen && connected(c) &&
+           pthread_cond_timedwait(&c->cv, &c->mu, &deadline) == 0)
+        ;
+    if (c->stop || !connected(c))
+        return true;
+    pthread_mutex_unlock(&c->mu);
+    subscribe(c);
+    pthread_mutex_lock(&c->mu);
+    return true;
+}
+
+static void write_registrations(kvr_cluster *c)
+{
+    char *key, *val;
+    for (int budget = 256; budget > 0 && connected(c); budget--) {
+        if (!cl_sync_next_write(&c->sync, &key, &val))
+            break;
+        int rc = val ? cl_nats_kv_put(c->nats, CL_BUCKET_WORKERS, key, val, strlen(val))
+                     : cl_nats_kv_delete(c->nats, CL_BUCKET_WORKERS, key);
+        cl_sync_write_done(&c->sync, key, val, rc == 0);
+        if (rc != 0)
+            KVR_LOG_LIMITED(KVR_LOG_WARN, NULL, "cluster: registration %s for %.80s failed "
+                            "(retried)", val ? "write" : "delete", key);
+        free(key);
+        free(val);
+        if (rc != 0)
+            break;
+    }
+}
+
+int cl_members_read(kvr_cluster *c, cl_member *out, size_t cap)
+{
+    cl_watch *w = cl_nats_watch(c->nats, CL_BUCKET_REPLICAS);
+    if (!w)
+        return -1;
+    size_t n = 0;
+    cl_kv_entry e;
+    char err[160];
+    for (;;) {
+        cl_watch_result r = cl_nats_watch_next(w, 1000, &e);
+        if (r != CL_WATCH_ENTRY)
+            break;
+        if (!e.val || n >= cap)
+            continue;
+        if (cl_member_decode(e.val, e.len, &out[n], err, sizeof err) == 0)
+            n++;
+        else
+            atomic_fetch_add(&c->inbox.invalid, 1);
+    }
+    cl_nats_watch_destroy(w);
+    return (int)n;
+}
+
+static void heartbeat(kvr_cluster *c)
+{
+    cl_member m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.url, sizeof m.url, "%s", c->me.url);
+    m.started_at = c->me.started_at;
+    m.incarnation = c->me.incarnation;
+    m.ready = c->cfg.ready_fn && c->cfg.ready_fn(c->cfg.ready_user);
+    char *text = cl_member_encode(&m);
+    if (!text || cl_nats_kv_put(c->nats, CL_BUCKET_REPLICAS, c->me.key, text, strlen(text)) < 0)
+        KVR_LOG_LIMITED(KVR_LOG_WARN, NULL, "cluster: membership heartbeat failed");
+    free(text);
+    cl_member all[256];
+    int n = cl_members_read(c, all, sizeof all / sizeof all[0]);
+    if (n >= 0)
+        atomic_store(&c->replicas, (uint64_t)n);
+}
+
+void *cl_control_main(void *arg)
+{
+    kvr_cluster *c = arg;
+    double next_beat = 0, next_retry = 0;
+    pthread_mutex_lock(&c->mu);
+    while (!c->stop) {
+        double now = kvr_clock_mono();
+        if (connected(c) && c->need_setup && now >= next_retry) {
+            c->need_setup = false;
+            if (!setup(c)) {
+                c->need_setup = true;
+                next_retry = kvr_clock_mono() + 1.0;
+            }
+            next_beat = 0;
+            continue;
+        }
+        if (connected(c) && c->setup_ok) {
+            if (c->beat_now) {
+                c->beat_now = false;
+                next_beat = 0;
+            }
+            if (!c->subscribed && c->loaded_gen == c->watch_gen) {
+                pthread_mutex_unlock(&c->mu);
+                subscribe(c);
+                pthread_mutex_lock(&c->mu);
+            }
+            pthread_mutex_unlock(&c->mu);
+            write_registrations(c);
+            if (kvr_clock_mono() >= next_beat) {
+                heartbeat(c);
+                next_beat = kvr_clock_mono() + c->cfg.heartbeat_ms / 1e3;
+            }
+            pthread_mutex_lock(&c->mu);
+        }
+        if (c->stop)
+            break;
+        double wait = 0.2;
+        if (connected(c) && c->setup_ok && next_beat - kvr_clock_mono() < wait)
+            wait = next_beat - kvr_clock_mono();
+        if (wait > 0.001) {
+            struct timespec ts = cl_deadline(wait);
+            pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+void cl_wake_control(void *user)
+{
+    kvr_cluster *c = user;
+    pthread_mutex_lock(&c->mu);
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- watch thread ------------------------------------------------------------ */
+
+static void apply(kvr_cluster *c, cl_sync_todo *t)
+{
+    bool ok = true;
+    if (t->action == CL_SYNC_REGISTER) {
+        kvr_registry_reply rep;
+        ok = kvr_registry_result_ok(kvr_registry_register(c->registry, &t->reg, &rep));
+        if (!ok)
+            KVR_LOG_LIMITED(KVR_LOG_WARN, NULL,
+                            "cluster: registration from the bucket refused: %s", rep.error);
+    } else if (t->action == CL_SYNC_UNREGISTER) {
+        kvr_unregister_reply ur;
+        kvr_unregister_result r = kvr_registry_unregister(c->registry, &t->unreg, &ur);
+        ok = r == KVR_UNREG_REMOVED || r == KVR_UNREG_NOT_FOUND;
+    }
+    cl_sync_todo_done(&c->sync, t, ok);
+}
+
+/* Reads w until it breaks, stops, or a newer read is asked for. false when
+ * it broke by itself (to be made again). */
+static bool read_bucket(kvr_cluster *c, cl_watch *w, uint64_t gen)
+{
+    cl_sync_begin_pass(&c->sync);
+    for (;;) {
+        cl_kv_entry e;
+        cl_watch_result r = cl_nats_watch_next(w, 1000, &e);
+        if (r == CL_WATCH_ENTRY) {
+            cl_sync_todo t = cl_sync_entry(&c->sync, e.key, e.val, e.len);
+            apply(c, &t);
+        } else if (r == CL_WATCH_CAUGHT_UP) {
+            cl_sync_end_pass(&c->sync);
+            pthread_mutex_lock(&c->mu);
+            if (gen > c->loaded_gen)
+                c->loaded_gen = gen;
+            atomic_store(&c->registrations_loaded, true);
+            pthread_cond_broadcast(&c->cv);
+            pthread_mutex_unlock(&c->mu);
+        } else if (r == CL_WATCH_TIMEOUT) {
+            pthread_mutex_lock(&c->mu);
+            bool again = c->stop || gen != c->watch_gen;
+            pthread_mutex_unlock(&c->mu);
+            if (again)
+                return true;
+        } else {
+            pthread_mutex_lock(&c->mu);
+            bool asked = c->stop || gen != c->watch_gen;
+            pthread_mutex_unlock(&c->mu);
+            return asked;
+        }
+    }
+}
+
+void *cl_watch_main(void *arg)
+{
+    kvr_cluster *c = arg;
+    uint64_t have = 0;
+    pthread_mutex_lock(&c->mu);
+    while (!c->stop) {
+        if (!c->setup_ok || c->watch_gen == have) {
+            pthread_cond_wait(&c->cv, &c->mu);
+            continue;
+        }
+        uint64_t gen = c->watch_gen;
+        pthread_mutex_unlock(&c->mu);
+        cl_watch *w = cl_nats_watch(c->nats, CL_BUCKET_WORKERS);
+        pthread_mutex_lock(&c->mu);
+        if (!w || c->stop || gen != c->watch_gen) {
+            pthread_mutex_unlock(&c->mu);
+            cl_nats_watch_destroy(w);
+            pthread_mutex_lock(&c->mu);
+            if (!w && !c->stop) {
+                struct timespec ts = cl_deadline(0.5);
+                pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+            }
+            continue;
+        }
+        c->watch = w;
+        pthread_mutex_unlock(&c->mu);
+        bool asked = read_bucket(c, w, gen);
+        pthread_mutex_lock(&c->mu);
+        c->watch = NULL;
+        pthread_mutex_unlock(&c->mu);
+        cl_nats_watch_destroy(w);
+        pthread_mutex_lock(&c->mu);
+        /* A watcher that broke by itself is made again, after a pause. */
+        have = asked ? gen : 0;
+        if (!asked && !c->stop) {
+            struct timespec ts = cl_deadline(0.5);
+            pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* ---- flush thread ------------------------------------------------------------ */
+
+void *cl_flush_main(void *arg)
+{
+    kvr_cluster *c = arg;
+    cl_buf events = {0}, msg = {0};
+    uint32_t n;
+    while (cl_outbox_take(&c->outbox, &events, &n)) {
+        msg.len = 0;
+        bool ok = cl_batch_header(&msg, c->self, c->me.incarnation, n) == 0 &&
+                  cl_buf_append(&msg, events.data, events.len) == 0 &&
+                  cl_nats_publish(c->nats, msg.data, msg.len) == 0;
+        if (ok) {
+            atomic_fetch_add(&c->bookings_published, n);
+            atomic_fetch_add(&c->batches_published, 1);
+        } else {
+            atomic_fetch_add(&c->publish_failures, n);
+        }
+    }
+    cl_buf_free(&events);
+    cl_buf_free(&msg);
+    return NULL;
+}

@@ -1,0 +1,220 @@
+/* Bookings between replicas without a transport: the outbox turns the
+ * router's hook into batches of at most max_events, due after max_delay;
+ * the inbox applies other replicas' batches, skips this process's own,
+ * adopts an earlier run's, applies a /free forwarded to this replica, and
+ * gives a replayed booking only what is left of its TTL. */
+#include <time.h>
+
+#include "../route/route_test_util.h"
+#include "cluster/cluster_internal.h"
+
+#define SELF 0x5e1fu
+#define PEER 0x9ee2u
+#define MY_RUN 7u
+
+static kvr_booking_event release_of(const char *id)
+{
+    kvr_booking_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.op = KVR_BOOKING_RELEASED;
+    ev.request_id = id;
+    return ev;
+}
+
+static void test_outbox_batches(void **state)
+{
+    (void)state;
+    cl_outbox o;
+    cl_outbox_init(&o, SELF, 256, 1u << 20, 4096, 0.001);
+    kvr_booking_event ev = release_of("r");
+    cl_outbox_hook(&o, &ev); /* disabled: counted, not kept */
+    assert_int_equal(atomic_load(&o.dropped), 1);
+    cl_outbox_enable(&o, true);
+    for (int i = 0; i < 600; i++)
+        cl_outbox_hook(&o, &ev);
+    cl_buf events = {0};
+    uint32_t n, total = 0, batches = 0;
+    while (total < 600) {
+        assert_true(cl_outbox_take(&o, &events, &n));
+        assert_true(n <= 256);
+        /* every event of the batch reads back, owned by this replica */
+        cl_buf msg = {0};
+        cl_batch_header(&msg, SELF, MY_RUN, n);
+        cl_buf_append(&msg, events.data, events.len);
+        cl_batch b;
+        char err[160];
+        assert_int_equal(cl_batch_open(msg.data, msg.len, &b, err, sizeof err), 0);
+        cl_event e = {0};
+        for (uint32_t k = 0; k < n; k++) {
+            assert_int_equal(cl_batch_next(&b, &e, err, sizeof err), 1);
+            assert_int_equal(e.ev.owner, SELF);
+        }
+        cl_event_free(&e);
+        cl_buf_free(&msg);
+        total += n;
+        batches++;
+    }
+    assert_int_equal(total, 600);
+    assert_int_equal(batches, 3); /* 256 + 256 + the rest after the delay */
+    /* Stop hands over what is left, then ends. */
+    cl_outbox_hook(&o, &ev);
+    cl_outbox_stop(&o);
+    assert_true(cl_outbox_take(&o, &events, &n));
+    assert_int_equal(n, 1);
+    assert_false(cl_outbox_take(&o, &events, &n));
+    cl_outbox_hook(&o, &ev);
+    assert_int_equal(atomic_load(&o.dropped), 2);
+    cl_buf_free(&events);
+    cl_outbox_destroy(&o);
+}
+
+typedef struct {
+    kvr_indexer *ix;
+    kvr_router *r;
+    cl_inbox in;
+    uint32_t tokens[16];
+    uint64_t chain[4];
+} fx;
+
+static fx *make(void)
+{
+    fx *f = calloc(1, sizeof *f);
+    rt_open(&f->ix, &f->r, 60, 3);
+    rt_register(f->ix, 1, 4, KVR_MM_LEGACY, -1, false, NULL);
+    rt_register(f->ix, 2, 4, KVR_MM_LEGACY, -1, false, NULL);
+    cl_inbox_init(&f->in, f->r, SELF, MY_RUN, 60);
+    for (int i = 0; i < 16; i++)
+        f->tokens[i] = 40 + (uint32_t)i;
+    kvr_hash_blocks(f->tokens, 16, 4, false, KVR_HASH_SEED, f->chain, 4);
+    return f;
+}
+
+static void destroy(fx *f)
+{
+    cl_inbox_destroy(&f->in);
+    rt_close(f->ix, f->r);
+    free(f);
+}
+
+/* A batch of one BOOKED of `id` on worker 1 and, optionally, more events. */
+static cl_buf batch(fx *f, uint64_t publisher, uint64_t run, const char *id, uint64_t owner,
+                    const kvr_booking_event *more, size_t n_more)
+{
+    cl_buf ev = {0}, msg = {0};
+    uint32_t n = 0;
+    if (id) {
+        kvr_booking_event b;
+        memset(&b, 0, sizeof b);
+        b.op = KVR_BOOKING_BOOKED;
+        b.request_id = id;
+        b.model_name = RT_MODEL;
+        b.worker_id = 1;
+        b.prefill_tokens = 16;
+        b.chain = f->chain;
+        b.n_chain = 4;
+        cl_batch_append(&ev, &b, owner, 4096);
+        n++;
+    }
+    for (size_t i = 0; i < n_more; i++, n++)
+        cl_batch_append(&ev, &more[i], owner, 4096);
+    cl_batch_header(&msg, publisher, run, n);
+    cl_buf_append(&msg, ev.data, ev.len);
+    cl_buf_free(&ev);
+    return msg;
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+static void apply(fx *f, cl_buf *msg, int64_t age_ns)
+{
+    int64_t now = now_ns();
+    cl_inbox_apply(&f->in, msg->data, msg->len, now - age_ns, now);
+    cl_buf_free(msg);
+}
+
+static kvr_worker_load load1(fx *f)
+{
+    kvr_worker_load l;
+    kvr_router_load(f->r, RT_MODEL, NULL, 1, 0, &l);
+    return l;
+}
+
+static void test_inbox_whose_is_what(void **state)
+{
+    (void)state;
+    fx *f = make();
+    /* another replica's booking counts, as a peer's */
+    cl_buf m = batch(f, PEER, 1, "p1", PEER, NULL, 0);
+    apply(f, &m, 0);
+    assert_int_equal(load1(f).bookings, 1);
+    kvr_router_peer_stats ps;
+    kvr_router_peer_stats_get(f->r, &ps);
+    assert_int_equal(ps.active, 1);
+    /* this process's own batch, read back: skipped */
+    m = batch(f, SELF, MY_RUN, "mine", SELF, NULL, 0);
+    apply(f, &m, 0);
+    assert_int_equal(load1(f).bookings, 1);
+    assert_int_equal(atomic_load(&f->in.own_skipped), 1);
+    /* an earlier run of this replica: adopted as this router's own */
+    m = batch(f, SELF, MY_RUN - 1, "before", SELF, NULL, 0);
+    apply(f, &m, 0);
+    assert_int_equal(load1(f).bookings, 2);
+    kvr_router_stats st;
+    kvr_router_stats_get(f->r, &st);
+    assert_int_equal(st.bookings_active, 1);
+    assert_int_equal(atomic_load(&f->in.adopted), 1);
+    /* a peer forwards the /free of it to its owner, this replica */
+    kvr_booking_event fw = release_of("before");
+    m = batch(f, PEER, 1, NULL, SELF, &fw, 1);
+    apply(f, &m, 0);
+    kvr_router_stats_get(f->r, &st);
+    assert_int_equal(st.bookings_active, 0);
+    /* the peer releases its own */
+    kvr_booking_event rel = release_of("p1");
+    m = batch(f, PEER, 1, NULL, PEER, &rel, 1);
+    apply(f, &m, 0);
+    assert_int_equal(load1(f).bookings, 0);
+    assert_int_equal(atomic_load(&f->in.applied), 4);
+    rt_expect_nothing_held(f->r);
+    destroy(f);
+}
+
+static void test_inbox_replay_keeps_what_is_left_of_the_ttl(void **state)
+{
+    (void)state;
+    fx *f = make();
+    cl_buf m = batch(f, PEER, 1, "old", PEER, NULL, 0);
+    apply(f, &m, 61ll * 1000000000ll); /* older than the 60 s TTL */
+    assert_int_equal(load1(f).bookings, 0);
+    m = batch(f, PEER, 1, "recent", PEER, NULL, 0);
+    apply(f, &m, 30ll * 1000000000ll);
+    assert_int_equal(load1(f).bookings, 1);
+    /* garbage is counted and changes nothing */
+    cl_inbox_apply(&f->in, "\x93\x01\x02", 3, now_ns(), now_ns());
+    assert_int_equal(atomic_load(&f->in.invalid), 1);
+    /* an unknown model is the router's to refuse */
+    kvr_booking_event b;
+    memset(&b, 0, sizeof b);
+    b.op = KVR_BOOKING_BOOKED;
+    b.request_id = "x";
+    b.model_name = "elsewhere";
+    m = batch(f, PEER, 1, NULL, PEER, &b, 1);
+    apply(f, &m, 0);
+    assert_int_equal(atomic_load(&f->in.rejected), 1);
+    destroy(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_outbox_batches),
+        cmocka_unit_test(test_inbox_whose_is_what),
+        cmocka_unit_test(test_inbox_replay_keeps_what_is_left_of_the_ttl),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
