@@ -2,10 +2,11 @@
  * Tokens stay u64 here so wide Kimi ids survive decoding.
  *
  * Decoding choices where SPEC §3 is silent:
- * - The whole payload passes mp_check, then a bounded structural walk
- *   (depth <= KVR_WIRE_MAX_DEPTH, every container count <= bytes left):
- *   msgpuck's mp_check keeps its pending count in an int that a forged
- *   32-bit count wraps. Payloads above INT32_MAX/4 bytes are TOO_LARGE.
+ * - The whole payload passes a bounded structural walk (depth <=
+ *   KVR_WIRE_MAX_DEPTH, every container count <= bytes left), then
+ *   mp_check: msgpuck's mp_check keeps its pending count in an int that a
+ *   forged 32-bit count wraps or overflows, so it only sees honest counts.
+ *   Payloads above INT32_MAX/4 bytes are TOO_LARGE.
  * - bin hash: its last 8 bytes big-endian; a bin shorter than 8 bytes is a
  *   big-endian integer (zero-extended on the left); an empty bin is a
  *   malformed event.

@@ -15,8 +15,6 @@
  * known, so the last block is unsupported. */
 #include "normalize/media.h"
 
-#include "util/blocks.h"
-
 /* Block i's own B tokens: the k-th run of itid takes the k-th media item
  * (runs past the last item keep the last one). *ends_in_run: the block's
  * last token was a placeholder. Returns the runs seen. */

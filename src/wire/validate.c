@@ -38,26 +38,17 @@ static bool scalar_fits(const char **cur, const char *end, enum mp_type t)
     return true;
 }
 
-kvr_batch_error kvr_wire_validate(const char *p, size_t len, kvr_wire_top *top)
+/* Iterative walk: left[d] is the number of elements still to read in the
+ * container open at depth d (depth 0 is the single top-level value). Every
+ * count is checked against the bytes left before it is trusted, so when the
+ * walk ends at `end` every count was honest. */
+static kvr_batch_error walk(const char *p, const char *end, kvr_wire_top *top)
 {
-    /* msgpuck counts pending elements in an int; keep every count it can
-     * see far below INT_MAX so its skip/check loops cannot wrap. */
-    if (len == 0)
-        return KVR_BATCH_INVALID_MSGPACK;
-    if (len > (size_t)INT32_MAX / 4)
-        return KVR_BATCH_TOO_LARGE;
-    const char *end = p + len;
-    const char *cur = p;
-    if (mp_check(&cur, end) != 0 || cur != end)
-        return KVR_BATCH_INVALID_MSGPACK;
-
-    /* Iterative walk: left[d] is the number of elements still to read in the
-     * container open at depth d (depth 0 is the single top-level value). */
     uint64_t left[KVR_WIRE_MAX_DEPTH + 1];
     unsigned depth = 0;
     top->n = 0;
     left[0] = 1;
-    cur = p;
+    const char *cur = p;
     for (;;) {
         while (left[depth] == 0) {
             if (depth == 0)
@@ -91,6 +82,27 @@ kvr_batch_error kvr_wire_validate(const char *p, size_t len, kvr_wire_top *top)
             return KVR_BATCH_INVALID_MSGPACK;
         }
     }
+}
+
+kvr_batch_error kvr_wire_validate(const char *p, size_t len, kvr_wire_top *top)
+{
+    /* msgpuck counts pending elements in an int. A forged count can bring
+     * it next to INT_MAX, and mp_check's next step then overflows it
+     * (undefined behaviour: fuzz_wire found a payload doing so), so mp_check
+     * only sees payloads whose counts the walk found honest: then its count
+     * of pending elements never exceeds the bytes left (< 2^29). */
+    if (len == 0)
+        return KVR_BATCH_INVALID_MSGPACK;
+    if (len > (size_t)INT32_MAX / 4)
+        return KVR_BATCH_TOO_LARGE;
+    const char *end = p + len;
+    kvr_batch_error err = walk(p, end, top);
+    if (err != KVR_BATCH_OK)
+        return err;
+    const char *cur = p;
+    if (mp_check(&cur, end) != 0 || cur != end)
+        return KVR_BATCH_INVALID_MSGPACK;
+    return KVR_BATCH_OK;
 }
 
 kvr_batch_error kvr_msgpack_validate(const char *p, size_t len)

@@ -22,13 +22,13 @@
 #include <msgpuck.h>
 #pragma GCC visibility pop
 
-/* Validates a whole payload before anything reads it: mp_check (no
- * truncation, no trailing bytes), then a structural walk that bounds nesting
- * at KVR_WIRE_MAX_DEPTH and rechecks every container count against the bytes
- * left. The recheck matters: mp_check keeps its pending-element counter in an
- * int, so a forged 32-bit array/map count wraps it and mp_check can accept a
- * payload whose declared counts run past its end. After this returns OK,
- * mp_decode_* and mp_next stay inside [p, p + len). */
+/* Validates a whole payload before anything reads it: a structural walk
+ * that bounds nesting at KVR_WIRE_MAX_DEPTH and checks every container count
+ * against the bytes left, then mp_check (no truncation, no trailing bytes).
+ * The walk comes first because mp_check keeps its pending-element counter in
+ * an int: a forged 32-bit array/map count wraps it (mp_check then accepts
+ * counts that run past the end) or overflows it (undefined behaviour). After
+ * this returns OK, mp_decode_* and mp_next stay inside [p, p + len). */
 /* Where the top-level container's elements start, noted by the validating
  * walk so the batch level finds its fields without walking again. */
 #define KVR_WIRE_TOP_MAX 16u

@@ -35,6 +35,24 @@ static void test_forged_counts(void **state)
     assert_int_equal(kvr_decode_copy(&g_b, "\x92\x01\xdd\xff\xff\xff\xff\xc0", 8),
                      KVR_BATCH_INVALID_MSGPACK);
     assert_int_equal(g_b.n_events, 0);
+    /* a map32 count that brings mp_check's int counter just below INT_MAX,
+     * then a fixmap: `k -= hint` overflows the int (undefined behaviour,
+     * UBSan aborts) unless the payload is walked with honest counts first
+     * (found by fuzz_wire) */
+    assert_int_equal(kvr_decode_copy(&g_b, "\xdc\x00\x05\xdf\x3f\xff\xff\xfd\x83", 9),
+                     KVR_BATCH_INVALID_MSGPACK);
+    static const char fuzzed[] =
+        "dc006d6564a9746fffffffffffffffffffffffffffffffffffffffffffffffff3fffff6b656e5f69647369ff"
+        "ffffffffffffffffffffffffffffffffffffffdf3fffff6b656e5f69647369ffffffff838383838383838383"
+        "8383838383838383838383838383838383838383838383838383838383838383838383838383838383838383"
+        "83838383838383838383ffffffffffffffffffffffffffffffffffffffffffffffff756d21086262a0626266"
+        "62dc00006262a06262ffffffffffffffffffffffffffffffff756d21086262a062626662dc00006262a06262"
+        "666283a22f7473cb3ff000056687878787dfde5583a2";
+    size_t n;
+    unsigned char *bytes = kvr_test_hex(fuzzed, &n);
+    assert_int_equal(n, 242);
+    assert_int_equal(kvr_decode_copy(&g_b, bytes, n), KVR_BATCH_INVALID_MSGPACK);
+    free(bytes);
 }
 
 static void test_bad_shape(void **state)
