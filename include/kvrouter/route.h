@@ -18,11 +18,28 @@ extern "C" {
 
 typedef struct kvr_router kvr_router;
 
+/* How a candidate's cost is computed (kvr_route below has both formulas). */
+typedef enum {
+    /* Predicted time to first token, in seconds: the default. Its knobs are
+     * physical: prefill tokens/s per worker (registered, learned from
+     * /prefill_done timing, or prefill_tps below), what a host/disk hit
+     * saves (cpu_hit_weight, disk_hit_weight) and how much decoding slows
+     * prefill (decode_kv_share). */
+    KVR_COST_TTFT = 0,
+    /* SPEC §8's / Dynamo's formula with its knobs (overlap_score_credit,
+     * prefill_load_scale, unclamped_prefill, media_cut_weight). */
+    KVR_COST_DYNAMO = 1
+} kvr_cost_model;
+
+/* "ttft", "dynamo"; NULL for an unknown value. */
+const char *kvr_cost_model_name(kvr_cost_model m);
+
 typedef struct {
-    double overlap_score_credit; /* default 1.0 */
-    double prefill_load_scale;   /* default 1.0 */
-    double cpu_hit_weight;       /* default 0.75 */
-    double disk_hit_weight;      /* default 0.25 */
+    kvr_cost_model cost_model;   /* default KVR_COST_TTFT */
+    double overlap_score_credit; /* default 1.0 (dynamo) */
+    double prefill_load_scale;   /* default 1.0 (dynamo) */
+    double cpu_hit_weight;       /* default 0.75: share of a prefill token a host-tier hit saves */
+    double disk_hit_weight;      /* default 0.25: likewise for disk */
     double temperature;          /* default 0: argmin with random tie-break */
     double booking_ttl_s;        /* default 600: a lost /free cannot leak load forever */
     uint64_t rng_seed;           /* 0 -> seeded from time */
@@ -30,8 +47,8 @@ typedef struct {
      * worker refreshes at once; a new rank with overlap is seen at once;
      * a new rank without overlap within this delay). 0 -> every request. */
     double rank_refresh_s;       /* default 1.0 */
-    /* Opt-in departures from SPEC §8's letter; false / 0 (and a zeroed
-     * struct) keep it exactly.
+    /* Opt-in departures from SPEC §8's letter (dynamo model only); false / 0
+     * (and a zeroed struct) keep it exactly.
      * unclamped_prefill drops the max(0, .) of the prefill term: with the
      * clamp, every worker whose credit covers its load ties on that term
      * and the decode term alone picks among them, so a longer overlap stops
@@ -45,20 +62,65 @@ typedef struct {
      * there; a worker that can be told the identities keeps them visible. */
     bool unclamped_prefill;      /* default false */
     double media_cut_weight;     /* default 0 */
+    /* ttft model. prefill_tps: the prefill rate of a worker that neither
+     * registered one nor has been measured (when other workers of its group
+     * have been measured, their mean is used instead, so an unmeasured
+     * worker is neither shunned nor flooded). In a fleet of equal workers
+     * the rate scales every cost alike and does not change a choice. */
+    double prefill_tps;          /* default 10000 tokens/s */
+    /* Fraction of a worker's GPU time one KV token held by its decoding
+     * requests takes per second: decode reads the whole context for every
+     * output token, so prefill slows by (1 + decode_kv_share x held tokens).
+     * = decode tokens/s per request x KV bytes per token / HBM bytes/s:
+     * 50 x 320 kB / 3.35 TB/s = 4.8e-6 for a 70B GQA model on an H100.
+     * The factor is capped at 1 + max_decode_slowdown, so a worker whose
+     * /free calls were lost is not shunned for good. */
+    double decode_kv_share;      /* default 5e-6 */
+    /* The fleet's cost of the tokens a choice recomputes, on top of this
+     * request's own wait for them: they are prefill that later requests on
+     * that worker queue behind, and a second copy of a prefix another
+     * worker holds, which evicts cache other conversations come back to.
+     * The cost counts uncached tokens (1 + recompute_weight) times. */
+    double recompute_weight;     /* default 2 */
+    double max_decode_slowdown;  /* default 2 */
+    /* Learn each (worker, rank)'s prefill rate from /prefill_done (the
+     * caller's ttft_ms, or the time since /route) for requests routed to a
+     * worker with no prefill queued: ttft = uncached x decode factor / rate. */
+    bool learn_prefill_rate;     /* default true */
+    /* Active bookings at once; a /route that would book more gets
+     * KVR_ROUTE_LIMIT (HTTP 429) naming the limit. 0 = unlimited. */
+    uint64_t max_bookings;       /* default 262144 */
+    /* The router's clock in seconds (bookings' TTL, rate timing, queue
+     * drain, rank cache); NULL -> CLOCK_MONOTONIC. For embedding programs
+     * with their own clock, and tests. */
+    double (*clock)(void *ud);
+    void *clock_ud;
+    /* Simulators only: the clock is the latest time passed to
+     * kvr_router_observe_time (the `time_s` field of /route, /prefill_done,
+     * /free), so a replay in virtual time is timed in virtual time. A
+     * production router keeps this off: its callers' clocks are not its own. */
+    bool clock_from_requests;    /* default false */
 } kvr_router_config;
 
 /* Defaults from the option table (kvr_router_options). */
 void kvr_router_config_default(kvr_router_config *cfg);
 /* Sets one option by name (the field names above). -1 for an unknown name
- * or an out-of-range value. */
+ * or an out-of-range value. cost_model takes its enum value here (0 ttft,
+ * 1 dynamo). */
 int kvr_router_config_set(kvr_router_config *cfg, const char *key, double value);
-/* The option table behind both (include/kvrouter/options.h): rows target a
+/* The same from text: a number, true/false, or cost_model's name ("ttft",
+ * "dynamo"). -1 for an unknown name or a bad value. */
+int kvr_router_config_parse(kvr_router_config *cfg, const char *key, const char *value);
+/* The option table behind these (include/kvrouter/options.h): rows target a
  * kvr_router_config. `serve --router-opt`, the config file's "router"
  * object and --help use it. */
 struct kvr_option;
 const struct kvr_option *kvr_router_options(size_t *n);
 
 kvr_router *kvr_router_create(kvr_indexer *ix, const kvr_router_config *cfg);
+/* clock_from_requests: moves the clock to t seconds (never backwards).
+ * Without it, does nothing. */
+void kvr_router_observe_time(kvr_router *r, double t);
 void kvr_router_destroy(kvr_router *r);
 
 /* ---- requests ---------------------------------------------------------- */
@@ -110,7 +172,8 @@ typedef enum {
     KVR_ROUTE_NO_CANDIDATE,  /* 400; pin / allowed_workers left no candidate */
     KVR_ROUTE_DUPLICATE_ID,  /* 409; request_id already booked */
     KVR_ROUTE_UNKNOWN_ID,    /* 404; /free or /prefill_done of an unknown id */
-    KVR_ROUTE_NO_MEMORY      /* 500 */
+    KVR_ROUTE_NO_MEMORY,     /* 500 */
+    KVR_ROUTE_LIMIT          /* 429; max_bookings active bookings already */
 } kvr_route_status;
 
 /* Suggested HTTP status of a result. */
@@ -189,8 +252,11 @@ typedef struct {
     uint64_t active_prefill_tokens; /* before this request's booking */
     uint64_t active_decode_blocks;  /* distinct blocks held, before this request */
     uint64_t new_blocks;            /* blocks this request would add on this worker */
-    double credit;
-    double cost;
+    double credit;                  /* dynamo: credit; ttft: tokens the caches save */
+    double prefill_tps;             /* ttft: the rate used (0 with dynamo) */
+    double queued_tokens;           /* ttft: prefill still ahead of it, estimated now */
+    double decode_factor;           /* ttft: the decode slowdown used (0 with dynamo) */
+    double cost;                    /* ttft: predicted seconds to first token */
     double probability;             /* softmax weight when sampled, else 1 for the pick */
 } kvr_route_cost;
 
@@ -221,10 +287,23 @@ void kvr_route_decision_free(kvr_route_decision *d);
  * "pinned"; the best of its ranks unless has_dp_rank), has_dp_rank,
  * allowed_workers. None left -> KVR_ROUTE_NO_CANDIDATE naming the filter.
  *
- * cost = prefill_load_scale * max(0, (active_prefill_tokens + isl)/B - credit)
+ * Cost, cost_model ttft (the default): the predicted time to first token,
+ *   cost = (queued + (1 + recompute_weight) x uncached) x decode_factor / prefill_tps,
+ *   queued = active_prefill_tokens less what the worker has done of its
+ *            oldest pending booking since it started (at that rate; at most
+ *            90 % of it: it has not reported yet),
+ *   uncached = isl - B x (gpu + cpu_hit_weight x (cpu - gpu)
+ *                           + disk_hit_weight x (disk - cpu)),
+ *   decode_factor = 1 + min(decode_kv_share x active_decode_blocks x B,
+ *                           max_decode_slowdown),
+ * prefill_tps = the worker's measured rate (learn_prefill_rate, after
+ * KVR_ROUTE_RATE_MIN_SAMPLES samples), else its registered one, else the
+ * mean measured rate of its group, else the configured prefill_tps.
+ * Cost, cost_model dynamo (SPEC §8):
+ *   cost = prefill_load_scale * max(0, (active_prefill_tokens + isl)/B - credit)
  *        + active_decode_blocks + new_blocks,
- * credit = overlap_score_credit * gpu + cpu_hit_weight * (cpu - gpu)
- *          + disk_hit_weight * (disk - cpu)   (blocks of that worker's sequence),
+ *   credit = overlap_score_credit * gpu + cpu_hit_weight * (cpu - gpu)
+ *          + disk_hit_weight * (disk - cpu)   (blocks of that worker's sequence).
  * isl = the request's whole token count (the engine prefills all of it, even
  * the part after the first image that cannot route). temperature 0: argmin,
  * ties (within 1e-9 relative) broken uniformly at random ("tie_random");
@@ -241,16 +320,24 @@ void kvr_route_decision_free(kvr_route_decision *d);
  * (so an idle worker's decode term is the request's own size, the same for
  * every worker with the same routing sequence).
  *
- * Booking (when request_id is set; a duplicate id -> KVR_ROUTE_DUPLICATE_ID):
- * the uncached prefill tokens and the request's blocks on the chosen
- * (worker, rank). Blocks count as active_decode_blocks from the start (KV
+ * Booking (when request_id is set; a duplicate id -> KVR_ROUTE_DUPLICATE_ID;
+ * max_bookings active already -> KVR_ROUTE_LIMIT, counted in
+ * bookings_rejected): the prefill tokens (dynamo: isl - gpu x B; ttft: the
+ * model's uncached) and the request's blocks on the chosen (worker, rank). Blocks count as active_decode_blocks from the start (KV
  * memory is held during prefill too); prefill_done drops the prefill tokens;
  * release drops both. Bookings expire booking_ttl_s after /route. */
 kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_route_decision *out);
 
 /* The request's prefill finished: its prefill tokens stop counting, its
- * blocks stay. KVR_ROUTE_UNKNOWN_ID for an unknown or expired id. */
+ * blocks stay. KVR_ROUTE_UNKNOWN_ID for an unknown or expired id. The time
+ * since /route is a sample of the worker's prefill rate (learn_prefill_rate;
+ * only when nothing was queued ahead of the request). */
 kvr_route_status kvr_router_prefill_done(kvr_router *r, const char *request_id);
+/* The same with the time to first token the caller measured (seconds;
+ * negative -> the time since /route): a gateway that reports late, or a
+ * simulator in virtual time, says how long the prefill really took. */
+kvr_route_status kvr_router_prefill_done_after(kvr_router *r, const char *request_id,
+                                               double ttft_s);
 /* Releases the booking. KVR_ROUTE_UNKNOWN_ID for an unknown or expired id. */
 kvr_route_status kvr_router_release(kvr_router *r, const char *request_id);
 /* Expires bookings older than booking_ttl_s; returns how many. Every call
@@ -267,6 +354,14 @@ typedef struct {
 void kvr_router_load(kvr_router *r, const char *model, const char *group, uint64_t worker_id,
                      uint32_t dp_rank, kvr_worker_load *out);
 
+/* Samples before a measured prefill rate replaces the registered or default
+ * one. */
+#define KVR_ROUTE_RATE_MIN_SAMPLES 4
+/* The measured prefill rate of (worker, rank) in tokens/s, 0 until it has
+ * KVR_ROUTE_RATE_MIN_SAMPLES samples (or for an unknown model/group). */
+double kvr_router_prefill_rate(kvr_router *r, const char *model, const char *group,
+                               uint64_t worker_id, uint32_t dp_rank);
+
 typedef struct {
     uint64_t queries;
     uint64_t routes;
@@ -279,6 +374,10 @@ typedef struct {
     uint64_t held_blocks;       /* distinct identified blocks held, over all load records */
     uint64_t booked_block_refs; /* block references held by active bookings */
     uint64_t held_bytes;        /* memory of both (0 when nothing is booked) */
+    uint64_t bookings_rejected; /* /route refused: max_bookings reached */
+    uint64_t max_bookings;      /* the limit (0 = unlimited) */
+    uint64_t rate_samples;      /* /prefill_done timings taken as prefill-rate samples */
+    uint64_t rates_learned;     /* (worker, rank) with a measured prefill rate in use */
 } kvr_router_stats;
 
 void kvr_router_stats_get(kvr_router *r, kvr_router_stats *out);

@@ -8,6 +8,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "sim/judge.h"
 #include "sim/router_client.h"
 #include "sim/sim.h"
 
@@ -37,6 +38,12 @@ static void usage(void)
         "  --speed X            divide trace time by X (default 1)\n"
         "  --prefill-tps X      prefill tokens/s per worker (default 20000)\n"
         "  --decode-tps X       decode tokens/s per request (default 50)\n"
+        "  --kv-read-tps X      KV context tokens a worker reads per second while decoding\n"
+        "                       (HBM bandwidth / KV bytes per token; default 8e6): a decode\n"
+        "                       with context c takes c x decode-tps / X of the GPU's time\n"
+        "                       from prefill; 0 = decode costs nothing\n"
+        "  --host-load-cost F   a HiCache hit costs F prefill tokens' time (default 0.2)\n"
+        "  --no-kv-admission    start every request at once (no KV memory limit)\n"
         "  --sync-every N       wait for the router to apply events every N requests (default 1)\n"
         "  --router-opt K=V     setting for the router this sim starts (repeatable; see\n"
         "                       kvrouter serve --router-opt), e.g. cpu_hit_weight=1\n"
@@ -49,6 +56,8 @@ static void usage(void)
         "  --diagnose           per policy, the best prefix any engine held at each routing\n"
         "                       moment, the best a SPEC §5 router can see, and what the\n"
         "                       choices lost against both\n"
+        "  --judge              print issue 15's verdict on kvrouter against the baselines\n"
+        "                       (implies --diagnose): one line of key=value fields\n"
         "  --quiet              no progress on stderr\n");
 }
 
@@ -106,7 +115,7 @@ int kvr_cmd_sim(int argc, char **argv)
     const char *trace_path = NULL, *svg = NULL;
     uint64_t limit = 0;
     double mm_share = 0;
-    bool json = false;
+    bool json = false, judge = false;
     char route_extra[512] = "";
     char *router_opts[16];
     size_t n_router_opts = 0;
@@ -136,6 +145,19 @@ int kvr_cmd_sim(int argc, char **argv)
             cfg.eagle = true;
         } else if (!strcmp(a, "--diagnose")) {
             cfg.diagnose = true;
+        } else if (!strcmp(a, "--judge")) {
+            judge = true;
+            cfg.diagnose = true;
+        } else if (!strcmp(a, "--no-kv-admission")) {
+            cfg.kv_admission = false;
+        } else if (!strcmp(a, "--kv-read-tps")) {
+            NEED_VALUE;
+            if (!num_arg(a, v, 0, 1e15, &cfg.kv_read_tps))
+                return 2;
+        } else if (!strcmp(a, "--host-load-cost")) {
+            NEED_VALUE;
+            if (!num_arg(a, v, 0, 1e3, &cfg.host_load_cost))
+                return 2;
         } else if (!strcmp(a, "--quiet")) {
             cfg.log = NULL;
         } else if (!strcmp(a, "--trace")) {
@@ -335,6 +357,11 @@ int kvr_cmd_sim(int argc, char **argv)
                (unsigned long long)k->router_wide_tokens, (unsigned long long)k->router_mm_excluded,
                (unsigned long long)k->router_seq_gaps, (unsigned long long)k->router_drops,
                k->router_drops ? " (" : "", k->router_drop_detail, k->router_drops ? ")" : "");
+    }
+    if (judge) {
+        kvr_sim_verdict v;
+        kvr_sim_judge(res, which, &v);
+        kvr_sim_print_verdict(stdout, &v);
     }
     if (svg) {
         /* engines, not engines x ranks: the table and the log count engines */

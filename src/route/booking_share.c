@@ -45,20 +45,21 @@ void route_share_booked(kvr_router *r, const kvr_query_request *q, const kvr_rou
 }
 
 static kvr_route_status op_on(route_bookings *b, uint64_t owner, const char *id,
-                              kvr_booking_op op)
+                              kvr_booking_op op, double now, double ttft_s)
 {
-    return op == KVR_BOOKING_RELEASED ? route_booking_release(b, owner, id)
-                                      : route_booking_prefill_done(b, owner, id);
+    return op == KVR_BOOKING_RELEASED ? route_booking_release(b, owner, id, now)
+                                      : route_booking_prefill_done(b, owner, id, now, ttft_s);
 }
 
 /* A client's /prefill_done or /free: this router's booking when it has one,
  * else a peer's booking of that id, which the hook forwards to its owner. */
-kvr_route_status route_client_op(kvr_router *r, const char *request_id, kvr_booking_op op)
+kvr_route_status route_client_op(kvr_router *r, const char *request_id, kvr_booking_op op,
+                                 double now, double ttft_s)
 {
     uint64_t owner = 0;
-    kvr_route_status st = op_on(&r->bk, 0, request_id, op);
+    kvr_route_status st = op_on(&r->bk, 0, request_id, op, now, ttft_s);
     if (st == KVR_ROUTE_UNKNOWN_ID && route_booking_peer_owner(&r->bk, request_id, &owner)) {
-        st = op_on(&r->bk, owner, request_id, op);
+        st = op_on(&r->bk, owner, request_id, op, now, ttft_s);
         r->peer_forwarded++;
     }
     if (st == KVR_ROUTE_OK) {
@@ -86,12 +87,13 @@ static kvr_route_status peer_book(kvr_router *r, const kvr_booking_event *ev)
     route_load *l = route_load_find(&r->bk, (uintptr_t)idx, ev->worker_id, ev->dp_rank, true);
     if (!l)
         return KVR_ROUTE_NO_MEMORY;
+    double now = route_now(r);
     int b = route_book_as(&r->bk, ev->owner, ev->request_id, l, ev->prefill_tokens, ev->chain,
-                          ev->n_chain, ev->unique_blocks, route_now() - age, NULL);
+                          ev->n_chain, ev->unique_blocks, now - age, NULL, NULL);
     if (b != 0)
         return b > 0 ? KVR_ROUTE_DUPLICATE_ID : KVR_ROUTE_NO_MEMORY;
     if (ev->decode)
-        route_booking_prefill_done(&r->bk, ev->owner, ev->request_id);
+        route_booking_prefill_done(&r->bk, ev->owner, ev->request_id, now, -1);
     return KVR_ROUTE_OK;
 }
 
@@ -100,12 +102,13 @@ kvr_route_status kvr_router_apply_peer(kvr_router *r, const kvr_booking_event *e
     const char *id = ev->request_id;
     bool id_ok = id && id[0] && strlen(id) <= KVR_ROUTE_MAX_ID_LEN;
     pthread_mutex_lock(&r->mu);
-    route_bookings_expire(&r->bk, route_now());
+    double now = route_now(r);
+    route_bookings_expire(&r->bk, now);
     kvr_route_status st = KVR_ROUTE_BAD_REQUEST;
     if (id_ok && ev->op == KVR_BOOKING_BOOKED)
         st = peer_book(r, ev);
     else if (id_ok && (ev->op == KVR_BOOKING_PREFILL_DONE || ev->op == KVR_BOOKING_RELEASED))
-        st = op_on(&r->bk, ev->owner, id, ev->op);
+        st = op_on(&r->bk, ev->owner, id, ev->op, now, -1);
     if (st == KVR_ROUTE_OK)
         r->peer_applied++;
     else

@@ -1,5 +1,6 @@
 /* Load bookings per (index, worker, rank) with a TTL (SPEC §8). One TTL for
  * every booking, so creation order is expiry order and expiry pops a FIFO. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -7,8 +8,12 @@
 #include "kvrouter/hash.h"
 #include "route/internal.h"
 
-double route_now(void)
+double route_now(const kvr_router *r)
 {
+    if (r->cfg.clock)
+        return r->cfg.clock(r->cfg.clock_ud);
+    if (r->cfg.clock_from_requests)
+        return atomic_load(&((kvr_router *)r)->observed_time);
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
@@ -19,6 +24,7 @@ void route_bookings_init(route_bookings *b, double ttl_s)
     memset(b, 0, sizeof *b);
     kvr_u64map_init(&b->loads);
     kvr_u64map_init(&b->ids);
+    kvr_u64map_init(&b->rates);
     b->ttl_s = ttl_s;
 }
 
@@ -45,9 +51,10 @@ void route_bookings_free(route_bookings *b)
     }
     kvr_u64map_free(&b->loads);
     kvr_u64map_free(&b->ids);
+    route_rates_free(b);
 }
 
-static uint64_t load_key(uintptr_t index, uint64_t worker_id, uint32_t dp_rank)
+uint64_t route_wr_key(uintptr_t index, uint64_t worker_id, uint32_t dp_rank)
 {
     return kvr_mix64((uint64_t)index) ^ kvr_mix64(worker_id + 0x9e3779b97f4a7c15ULL) ^
            kvr_mix64(((uint64_t)dp_rank << 32) | 0x5bd1e995u);
@@ -56,7 +63,7 @@ static uint64_t load_key(uintptr_t index, uint64_t worker_id, uint32_t dp_rank)
 route_load *route_load_find(route_bookings *b, uintptr_t index, uint64_t worker_id,
                             uint32_t dp_rank, bool create)
 {
-    uint64_t key = load_key(index, worker_id, dp_rank);
+    uint64_t key = route_wr_key(index, worker_id, dp_rank);
     uint64_t head = 0;
     kvr_u64map_get(&b->loads, key, &head);
     for (route_load *l = (route_load *)(uintptr_t)head; l; l = l->hnext)
@@ -86,7 +93,7 @@ static void load_drop_if_idle(route_bookings *b, route_load *l)
 {
     if (l->bookings)
         return;
-    uint64_t key = load_key(l->index, l->worker_id, l->dp_rank);
+    uint64_t key = route_wr_key(l->index, l->worker_id, l->dp_rank);
     uint64_t head = 0;
     kvr_u64map_get(&b->loads, key, &head);
     route_load *first = (route_load *)(uintptr_t)head;
@@ -110,6 +117,46 @@ static void load_drop_if_idle(route_bookings *b, route_load *l)
 uint64_t route_load_blocks(const route_load *l)
 {
     return kvr_u64map_len(&l->held) + l->unique_blocks;
+}
+
+double route_load_pending_tokens(const route_load *l, double rate, double now)
+{
+    double q = (double)l->prefill_tokens;
+    const route_booking *h = l->pending_head;
+    if (!h || !(rate > 0) || now <= l->head_since)
+        return q;
+    double done = rate * (now - l->head_since);
+    double cap = 0.9 * (double)h->prefill_tokens;
+    return q - (done < cap ? done : cap);
+}
+
+static void pending_append(route_load *l, route_booking *bk, double now)
+{
+    bk->pprev = l->pending_tail;
+    bk->pnext = NULL;
+    if (l->pending_tail)
+        l->pending_tail->pnext = bk;
+    else {
+        l->pending_head = bk;
+        l->head_since = now;
+    }
+    l->pending_tail = bk;
+}
+
+/* The next pending booking starts when the head leaves. */
+static void pending_unlink(route_load *l, route_booking *bk, double now)
+{
+    if (bk->pprev)
+        bk->pprev->pnext = bk->pnext;
+    else {
+        l->pending_head = bk->pnext;
+        l->head_since = now;
+    }
+    if (bk->pnext)
+        bk->pnext->pprev = bk->pprev;
+    else
+        l->pending_tail = bk->pprev;
+    bk->pprev = bk->pnext = NULL;
 }
 
 /* Every booking holds a whole prefix of its chain and a chain hash names
@@ -225,15 +272,16 @@ static void expiry_insert(route_bookings *b, route_booking *bk)
 
 int route_book(route_bookings *b, const char *id, route_load *load, uint64_t prefill_tokens,
                const uint64_t *chain, uint32_t n_chain, uint64_t unique_blocks, double now,
-               uint64_t *added)
+               uint64_t *added, route_booking **out)
 {
     return route_book_as(b, 0, id, load, prefill_tokens, chain, n_chain, unique_blocks, now,
-                         added);
+                         added, out);
 }
 
 int route_book_as(route_bookings *b, uint64_t owner, const char *id, route_load *load,
                   uint64_t prefill_tokens, const uint64_t *chain, uint32_t n_chain,
-                  uint64_t unique_blocks, double booked_at, uint64_t *added)
+                  uint64_t unique_blocks, double booked_at, uint64_t *added,
+                  route_booking **out)
 {
     uint64_t h = id_hash(id);
     if (booking_find(b, owner, id, h)) {
@@ -273,25 +321,32 @@ int route_book_as(route_bookings *b, uint64_t owner, const char *id, route_load 
     bk->load = load;
     bk->prefill_tokens = prefill_tokens;
     bk->expires_at = booked_at + b->ttl_s;
+    bk->routed_at = booked_at;
     expiry_insert(b, bk);
     if (owner)
         b->n_peer++;
     load->bookings++;
     load->prefill_tokens += prefill_tokens;
+    pending_append(load, bk, booked_at);
     load->unique_blocks += unique_blocks;
     b->n_active++;
     b->n_refs += n_chain;
     if (added)
         *added = (uint64_t)fresh + unique_blocks;
+    if (out)
+        *out = bk;
     return 0;
 }
 
-static void booking_remove(route_bookings *b, route_booking *bk)
+static void booking_remove(route_bookings *b, route_booking *bk, double now)
 {
     route_load *l = bk->load;
     l->bookings--;
-    if (!bk->decode)
+    if (!bk->decode) {
         l->prefill_tokens -= bk->prefill_tokens;
+        pending_unlink(l, bk, now);
+    } else
+        l->decode_context -= bk->context;
     unref_blocks(l, bk->chain, bk->n_chain);
     l->unique_blocks -= bk->unique_blocks;
     b->n_refs -= bk->n_chain;
@@ -332,14 +387,15 @@ size_t route_bookings_expire(route_bookings *b, double now)
 {
     size_t n = 0;
     while (b->head && b->head->expires_at <= now) {
-        booking_remove(b, b->head);
+        booking_remove(b, b->head, now);
         n++;
     }
     b->expired += n;
     return n;
 }
 
-kvr_route_status route_booking_prefill_done(route_bookings *b, uint64_t owner, const char *id)
+kvr_route_status route_booking_prefill_done(route_bookings *b, uint64_t owner, const char *id,
+                                            double now, double ttft_s)
 {
     route_booking *bk = booking_find(b, owner, id, id_hash(id));
     if (!bk)
@@ -348,17 +404,26 @@ kvr_route_status route_booking_prefill_done(route_bookings *b, uint64_t owner, c
     if (!bk->decode) {
         bk->decode = true;
         bk->load->prefill_tokens -= bk->prefill_tokens;
+        bk->load->decode_context += bk->context;
+        pending_unlink(bk->load, bk, now);
         b->prefill_done++;
+        double t = ttft_s >= 0 ? ttft_s : now - bk->routed_at;
+        if (bk->sample_rate && t > 0) {
+            const route_load *l = bk->load;
+            route_rate_sample(b, l->index, l->worker_id, l->dp_rank,
+                              (double)bk->prefill_tokens * bk->decode_factor, t, now);
+        }
     }
     return KVR_ROUTE_OK;
 }
 
-kvr_route_status route_booking_release(route_bookings *b, uint64_t owner, const char *id)
+kvr_route_status route_booking_release(route_bookings *b, uint64_t owner, const char *id,
+                                        double now)
 {
     route_booking *bk = booking_find(b, owner, id, id_hash(id));
     if (!bk)
         return KVR_ROUTE_UNKNOWN_ID;
-    booking_remove(b, bk);
+    booking_remove(b, bk, now);
     b->released++;
     return KVR_ROUTE_OK;
 }
@@ -368,32 +433,50 @@ static int check_id(const char *id)
     return id && id[0] && strlen(id) <= KVR_ROUTE_MAX_ID_LEN;
 }
 
-/* A booking expired by now is unknown to op, as if the sweeper had run. */
-static kvr_route_status booking_op(kvr_router *r, const char *request_id, kvr_booking_op op)
+/* A booking expired by now is unknown to op, as if the sweeper had run.
+ * ttft_s: the caller's measure of a prefill (negative: the router times it). */
+static kvr_route_status booking_op(kvr_router *r, const char *request_id, kvr_booking_op op,
+                                   double ttft_s)
 {
     if (!check_id(request_id))
         return KVR_ROUTE_UNKNOWN_ID;
     pthread_mutex_lock(&r->mu);
-    route_bookings_expire(&r->bk, route_now());
-    kvr_route_status st = route_client_op(r, request_id, op);
+    double now = route_now(r);
+    route_bookings_expire(&r->bk, now);
+    kvr_route_status st = route_client_op(r, request_id, op, now, ttft_s);
     pthread_mutex_unlock(&r->mu);
     return st;
 }
 
 kvr_route_status kvr_router_prefill_done(kvr_router *r, const char *request_id)
 {
-    return booking_op(r, request_id, KVR_BOOKING_PREFILL_DONE);
+    return booking_op(r, request_id, KVR_BOOKING_PREFILL_DONE, -1);
+}
+
+kvr_route_status kvr_router_prefill_done_after(kvr_router *r, const char *request_id,
+                                               double ttft_s)
+{
+    return booking_op(r, request_id, KVR_BOOKING_PREFILL_DONE, ttft_s);
 }
 
 kvr_route_status kvr_router_release(kvr_router *r, const char *request_id)
 {
-    return booking_op(r, request_id, KVR_BOOKING_RELEASED);
+    return booking_op(r, request_id, KVR_BOOKING_RELEASED, -1);
+}
+
+void kvr_router_observe_time(kvr_router *r, double t)
+{
+    if (!r->cfg.clock_from_requests || !isfinite(t))
+        return;
+    double cur = atomic_load(&r->observed_time);
+    while (t > cur && !atomic_compare_exchange_weak(&r->observed_time, &cur, t))
+        ;
 }
 
 size_t kvr_router_sweep(kvr_router *r)
 {
     pthread_mutex_lock(&r->mu);
-    size_t n = route_bookings_expire(&r->bk, route_now());
+    size_t n = route_bookings_expire(&r->bk, route_now(r));
     pthread_mutex_unlock(&r->mu);
     return n;
 }
@@ -406,7 +489,7 @@ void kvr_router_load(kvr_router *r, const char *model, const char *group, uint64
     if (!idx)
         return;
     pthread_mutex_lock(&r->mu);
-    route_bookings_expire(&r->bk, route_now());
+    route_bookings_expire(&r->bk, route_now(r));
     route_load *l = route_load_find(&r->bk, (uintptr_t)idx, worker_id, dp_rank, false);
     if (l) {
         out->active_prefill_tokens = l->prefill_tokens;

@@ -26,7 +26,37 @@ typedef struct route_load {
     kvr_u64map held;        /* chain hash -> number of bookings holding it */
     uint64_t unique_blocks; /* summed over bookings */
     struct route_load *hnext;
+    /* Bookings still prefilling, oldest first: the worker prefills them in
+     * this order, so the head has been running since head_since and part
+     * of it is done (ttft model: the queue drains while time passes). */
+    struct route_booking *pending_head, *pending_tail;
+    double head_since;
+    /* Context tokens of the bookings past prefill: what a decode step
+     * reads, so what slows this worker's prefill (ttft decode factor). */
+    uint64_t decode_context;
 } route_load;
+
+/* A (worker, rank)'s measured prefill rate: decayed sums of the work and
+ * the time of the requests sampled (sample_rate), so the rate is their
+ * token-weighted mean and recent samples weigh more. Kept apart from
+ * route_load, which is freed whenever the worker is idle. */
+typedef struct route_rate {
+    uintptr_t index;
+    uint64_t worker_id;
+    uint32_t dp_rank;
+    uint32_t samples;
+    double tokens, seconds;
+    double updated_at;
+    struct route_rate *hnext;
+} route_rate;
+
+/* Rates kept at most; past it the least recently updated one goes. */
+#define KVR_ROUTE_MAX_RATES 65536u
+/* Requests shorter than this are not rate samples: fixed per-request
+ * latency would dominate their timing. */
+#define KVR_ROUTE_RATE_MIN_TOKENS 256u
+/* Weight an old sample keeps when a new one arrives. */
+#define KVR_ROUTE_RATE_DECAY 0.9
 
 typedef struct route_booking {
     char *id;
@@ -40,7 +70,14 @@ typedef struct route_booking {
     uint32_t n_chain;
     uint64_t unique_blocks;
     bool decode;
+    struct route_booking *pprev, *pnext; /* the load's pending list while !decode */
     double expires_at;
+    /* Rate sampling: set at /route when the worker had no prefill queued
+     * (its TTFT is then this request's own prefill). */
+    bool sample_rate;
+    uint64_t context;     /* isl + osl / 2: the mean context its decode reads */
+    double routed_at;
+    double decode_factor; /* prefill slowdown predicted at /route */
 } route_booking;
 
 typedef struct {
@@ -52,7 +89,13 @@ typedef struct {
     uint64_t n_loads; /* route_load entries; idle ones are freed */
     uint64_t n_refs;  /* chain entries over all bookings */
     uint64_t n_peer;  /* active bookings of other replicas (owner != 0) */
+    uint64_t rejected; /* /route refused at max_bookings */
+    kvr_u64map rates;  /* route_wr_key -> route_rate* (chained) */
+    uint64_t n_rates, rate_samples;
 } route_bookings;
+
+/* The map key of (index, worker, rank), shared by loads and rates. */
+uint64_t route_wr_key(uintptr_t index, uint64_t worker_id, uint32_t dp_rank);
 
 void route_bookings_init(route_bookings *b, double ttl_s);
 void route_bookings_free(route_bookings *b);
@@ -60,6 +103,10 @@ route_load *route_load_find(route_bookings *b, uintptr_t index, uint64_t worker_
                             uint32_t dp_rank, bool create);
 /* Distinct blocks held on the load (identified + per-request). */
 uint64_t route_load_blocks(const route_load *l);
+/* Prefill tokens still to do at `now` if the worker prefills its pending
+ * bookings in order at `rate` tokens/s: the head's elapsed share is done
+ * (never all of it: it is still booked, so it has not reported). */
+double route_load_pending_tokens(const route_load *l, double rate, double now);
 /* How many leading blocks of chain the load already holds. */
 uint32_t route_load_held_prefix(const route_load *l, const uint64_t *chain, uint32_t n);
 /* Books prefill_tokens and references to chain[0..n_chain) + unique_blocks
@@ -67,18 +114,31 @@ uint32_t route_load_held_prefix(const route_load *l, const uint64_t *chain, uint
  * 1 duplicate id, -1 out of memory (nothing booked). */
 int route_book(route_bookings *b, const char *id, route_load *load, uint64_t prefill_tokens,
                const uint64_t *chain, uint32_t n_chain, uint64_t unique_blocks, double now,
-               uint64_t *added);
+               uint64_t *added, route_booking **out);
 /* route_book for owner's booking (0: this router's), booked at booked_at
  * (earlier than now for a peer's), kept in expiry order. */
 int route_book_as(route_bookings *b, uint64_t owner, const char *id, route_load *load,
                   uint64_t prefill_tokens, const uint64_t *chain, uint32_t n_chain,
-                  uint64_t unique_blocks, double booked_at, uint64_t *added);
-kvr_route_status route_booking_prefill_done(route_bookings *b, uint64_t owner, const char *id);
-kvr_route_status route_booking_release(route_bookings *b, uint64_t owner, const char *id);
+                  uint64_t unique_blocks, double booked_at, uint64_t *added,
+                  route_booking **out);
+/* ttft_s < 0: measured as now - routed_at. */
+kvr_route_status route_booking_prefill_done(route_bookings *b, uint64_t owner, const char *id,
+                                            double now, double ttft_s);
+kvr_route_status route_booking_release(route_bookings *b, uint64_t owner, const char *id,
+                                        double now);
 /* The owner of some peer booking (owner != 0) of id; false when none. */
 bool route_booking_peer_owner(route_bookings *b, const char *id, uint64_t *owner);
 size_t route_bookings_expire(route_bookings *b, double now);
-double route_now(void);
+
+/* rates.c; caller holds kvr_router.mu. */
+route_rate *route_rate_find(route_bookings *b, uintptr_t index, uint64_t worker_id,
+                            uint32_t dp_rank);
+/* Adds a sample of `tokens` prefilled in `seconds`. */
+void route_rate_sample(route_bookings *b, uintptr_t index, uint64_t worker_id, uint32_t dp_rank,
+                       double tokens, double seconds, double now);
+/* The measured rate in tokens/s, 0 until KVR_ROUTE_RATE_MIN_SAMPLES. */
+double route_rate_measured(const route_rate *rt);
+void route_rates_free(route_bookings *b);
 
 /* ---- per-request scratch (router.c pool) --------------------------------- */
 
@@ -152,7 +212,11 @@ struct kvr_router {
     uint64_t peer_applied, peer_rejected, peer_forwarded; /* under mu */
     uint64_t rng;
     atomic_uint_fast64_t queries, routes, hash_passes;
+    _Atomic double observed_time; /* clock_from_requests */
 };
+
+/* The router's clock (kvr_router_config.clock or CLOCK_MONOTONIC). */
+double route_now(const kvr_router *r);
 
 route_scratch *route_scratch_acquire(kvr_router *r);
 void route_scratch_release(kvr_router *r, route_scratch *s);
@@ -187,7 +251,8 @@ void route_chain_profiles(route_scratch *s);
 void route_share_booked(kvr_router *r, const kvr_query_request *q, const kvr_route_cost *c,
                         uint64_t prefill_tokens, const uint64_t *chain, uint32_t n_chain,
                         uint64_t unique_blocks, const char *request_id);
-kvr_route_status route_client_op(kvr_router *r, const char *request_id, kvr_booking_op op);
+kvr_route_status route_client_op(kvr_router *r, const char *request_id, kvr_booking_op op,
+                                 double now, double ttft_s);
 
 /* rng (router.c), caller holds r->mu. Uniform in [0, 1). */
 double route_rng_uniform(kvr_router *r);

@@ -107,7 +107,7 @@ int route_ranks_snapshot(kvr_router *r, route_scratch *s, uintptr_t index, const
 {
     if (route_grow((void **)&s->spans, &s->spans_cap, n_workers + 1, sizeof *s->spans) < 0)
         return -1;
-    double now = route_now();
+    double now = route_now(r);
     for (int attempt = 0; attempt < 2; attempt++) {
         pthread_mutex_lock(&r->ranks_mu);
         route_rank_group *g = group_find(r, index);

@@ -1,5 +1,6 @@
 /* Router lifecycle, configuration, scratch pool and random numbers. */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -152,6 +153,7 @@ int kvr_route_status_http(kvr_route_status s)
     case KVR_ROUTE_DUPLICATE_ID: return 409;
     case KVR_ROUTE_UNKNOWN_ID: return 404;
     case KVR_ROUTE_NO_MEMORY: return 500;
+    case KVR_ROUTE_LIMIT: return 429;
     }
     return 500;
 }
@@ -177,5 +179,25 @@ void kvr_router_stats_get(kvr_router *r, kvr_router_stats *out)
             out->held_bytes += kvr_u64map_bytes(&l->held);
         }
     out->held_bytes += r->bk.n_refs * sizeof(uint64_t);
+    out->bookings_rejected = r->bk.rejected;
+    out->max_bookings = r->cfg.max_bookings;
+    out->rate_samples = r->bk.rate_samples;
+    it = 0;
+    while (kvr_u64map_next(&r->bk.rates, &it, &k, &v))
+        for (const route_rate *rt = (const route_rate *)(uintptr_t)v; rt; rt = rt->hnext)
+            out->rates_learned += route_rate_measured(rt) > 0;
     pthread_mutex_unlock(&r->mu);
+}
+
+double kvr_router_prefill_rate(kvr_router *r, const char *model, const char *group,
+                               uint64_t worker_id, uint32_t dp_rank)
+{
+    kvr_index *idx = kvr_indexer_index(r->ix, model, group ? group : KVR_DEFAULT_ROUTING_GROUP);
+    if (!idx)
+        return 0;
+    pthread_mutex_lock(&r->mu);
+    double rate =
+        route_rate_measured(route_rate_find(&r->bk, (uintptr_t)idx, worker_id, dp_rank));
+    pthread_mutex_unlock(&r->mu);
+    return rate;
 }

@@ -13,13 +13,26 @@
     {.name = #field, .type = ty, .offset = offsetof(kvr_router_config, field), .min = lo,   \
      .max = hi, .def = dflt, .help = text}
 
+/* kvr_cost_model order. */
+static const char *const cost_models[] = {"ttft", "dynamo", NULL};
+
+const char *kvr_cost_model_name(kvr_cost_model m)
+{
+    return (unsigned)m < sizeof cost_models / sizeof cost_models[0] - 1 ? cost_models[m] : NULL;
+}
+
 static const kvr_option router_rows[] = {
+    {"cost_model", KVR_OPT_CHOICE, offsetof(kvr_router_config, cost_model), 0, 0, "ttft",
+     "ttft: predicted time to first token (default); dynamo: SPEC §8's formula",
+     "ttft|dynamo", cost_models, NULL, NULL, KVR_OPT_RELOAD, NULL},
     ROW(overlap_score_credit, KVR_OPT_DOUBLE, 0, HUGE_VAL, "1.0",
-        "cost credit per block of GPU overlap (SPEC §8)"),
+        "dynamo: cost credit per block of GPU overlap (SPEC §8)"),
     ROW(prefill_load_scale, KVR_OPT_DOUBLE, 0, HUGE_VAL, "1.0",
-        "weight of the prefill term against the decode term"),
-    ROW(cpu_hit_weight, KVR_OPT_DOUBLE, 0, HUGE_VAL, "0.75", "credit of a block cached on cpu"),
-    ROW(disk_hit_weight, KVR_OPT_DOUBLE, 0, HUGE_VAL, "0.25", "credit of a block cached on disk"),
+        "dynamo: weight of the prefill term against the decode term"),
+    ROW(cpu_hit_weight, KVR_OPT_DOUBLE, 0, HUGE_VAL, "0.75",
+        "share of a prefill token a block cached on cpu saves (dynamo: its credit)"),
+    ROW(disk_hit_weight, KVR_OPT_DOUBLE, 0, HUGE_VAL, "0.25",
+        "share of a prefill token a block cached on disk saves (dynamo: its credit)"),
     ROW(temperature, KVR_OPT_DOUBLE, 0, HUGE_VAL, "0",
         "0: argmin with random tie-break; > 0: softmax sampling over normalized costs"),
     ROW(booking_ttl_s, KVR_OPT_DOUBLE, 0.001, HUGE_VAL, "600",
@@ -31,7 +44,26 @@ static const kvr_option router_rows[] = {
     ROW(unclamped_prefill, KVR_OPT_BOOL, 0, 1, "false",
         "drop the max(0, .) of the prefill term (opt-in departure from SPEC §8)"),
     ROW(media_cut_weight, KVR_OPT_DOUBLE, 0, HUGE_VAL, "0",
-        "cost per whole block past a media cut the worker cannot be told"),
+        "dynamo: cost per whole block past a media cut the worker cannot be told"),
+    ROW(prefill_tps, KVR_OPT_DOUBLE, 1e-3, HUGE_VAL, "10000",
+        "ttft: prefill tokens/s of a worker neither registered with one nor measured"),
+    ROW(decode_kv_share, KVR_OPT_DOUBLE, 0, HUGE_VAL, "5e-6",
+        "ttft: GPU-time share one KV token of a decoding request takes (prefill slows by "
+        "1 + this x the decodes' context tokens)"),
+    ROW(max_decode_slowdown, KVR_OPT_DOUBLE, 0, HUGE_VAL, "2",
+        "ttft: cap of the decode slowdown term"),
+    ROW(recompute_weight, KVR_OPT_DOUBLE, 0, HUGE_VAL, "2",
+        "ttft: extra weight of recomputed tokens (the fleet's cost of them)"),
+    ROW(learn_prefill_rate, KVR_OPT_BOOL, 0, 1, "true",
+        "ttft: measure each worker's prefill rate from /prefill_done timing"),
+    ROW(max_bookings, KVR_OPT_U64, 0, 18446744073709551615.0, "262144",
+        "active bookings at most; /route beyond it gets 429 (0: unlimited)"),
+    ROW(approx_ttl_s, KVR_OPT_DOUBLE, 0.001, HUGE_VAL, "120",
+        "workers without KV events: a routed block is forgotten after this many seconds"),
+    ROW(approx_max_blocks, KVR_OPT_U64, 1, 18446744073709551615.0, "32768",
+        "workers without KV events: routed blocks kept per (worker, rank), oldest go first"),
+    ROW(clock_from_requests, KVR_OPT_BOOL, 0, 1, "false",
+        "simulators only: the clock is the time_s the requests carry"),
 };
 
 const kvr_option *kvr_router_options(size_t *n)
@@ -56,4 +88,13 @@ int kvr_router_config_set(kvr_router_config *cfg, const char *key, double value)
     const kvr_option *o = cfg && key ? kvr_opt_find(rows, n, key) : NULL;
     char err[160];
     return o && kvr_opt_set_double(o, cfg, value, err, sizeof err) == 0 ? 0 : -1;
+}
+
+int kvr_router_config_parse(kvr_router_config *cfg, const char *key, const char *value)
+{
+    size_t n;
+    const kvr_option *rows = kvr_router_options(&n);
+    const kvr_option *o = cfg && key && value ? kvr_opt_find(rows, n, key) : NULL;
+    char err[160];
+    return o && kvr_opt_set_text(o, cfg, value, err, sizeof err) == 0 ? 0 : -1;
 }

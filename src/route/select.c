@@ -16,9 +16,11 @@ void kvr_route_decision_free(kvr_route_decision *d)
 }
 
 typedef struct {
+    kvr_cost_model model;
     double credit_scale, load_scale, cpu_w, disk_w, temperature;
     bool unclamped;
     double cut_w;
+    double decode_share, max_slowdown, recompute_weight;
 } cost_params;
 
 static bool allowed(const kvr_route_request *req, const kvr_u64map *set, uint64_t worker_id)
@@ -76,9 +78,10 @@ static size_t filter_candidates(const kvr_route_request *req, kvr_query_result *
     return n;
 }
 
-/* Fills credit and cost of a candidate whose overlaps and load are set. */
-static void cost_of(const cost_params *p, kvr_route_cost *c, uint64_t isl, uint32_t bs,
-                    uint64_t cut_blocks)
+/* SPEC §8 / Dynamo: credit and cost of a candidate whose overlaps and load
+ * are set. */
+static void cost_dynamo(const cost_params *p, kvr_route_cost *c, uint64_t isl, uint32_t bs,
+                        uint64_t cut_blocks)
 {
     double cpu_extra = (double)c->cpu_blocks - (double)c->gpu_blocks;
     double disk_extra = (double)c->disk_blocks - (double)c->cpu_blocks;
@@ -88,6 +91,38 @@ static void cost_of(const cost_params *p, kvr_route_cost *c, uint64_t isl, uint3
               (double)c->active_decode_blocks + (double)c->new_blocks;
     if (cut_blocks && p->cut_w > 0)
         c->cost += p->cut_w * (double)cut_blocks;
+}
+
+/* Tokens a candidate still has to prefill: host and disk hits save only
+ * their weight's share of a token (the copy back to the GPU is not free). */
+static double uncached_tokens(const cost_params *p, const kvr_route_cost *c, uint64_t isl,
+                              uint32_t bs)
+{
+    double saved = (double)bs * ((double)c->gpu_blocks +
+                                 p->cpu_w * ((double)c->cpu_blocks - c->gpu_blocks) +
+                                 p->disk_w * ((double)c->disk_blocks - c->cpu_blocks));
+    double u = (double)isl - saved;
+    return u > 0 ? u : 0;
+}
+
+/* How much the worker's decodes slow its prefill, bounded (route.h). */
+static double decode_factor(const cost_params *p, const route_load *l)
+{
+    double slow = l ? p->decode_share * (double)l->decode_context : 0;
+    return 1.0 + (slow < p->max_slowdown ? slow : p->max_slowdown);
+}
+
+/* The ttft model: predicted seconds to the first token; c->prefill_tps and
+ * the load are set. The queue ahead is what is still to prefill now. */
+static void cost_ttft(const cost_params *p, kvr_route_cost *c, const route_load *l, double now,
+                      uint64_t isl, uint32_t bs)
+{
+    double u = uncached_tokens(p, c, isl, bs);
+    c->credit = (double)isl - u;
+    c->decode_factor = decode_factor(p, l);
+    double rate = c->prefill_tps / c->decode_factor;
+    c->queued_tokens = l ? route_load_pending_tokens(l, rate, now) : 0;
+    c->cost = (c->queued_tokens + (1 + p->recompute_weight) * u) / rate;
 }
 
 /* What the request would hold on a worker scored with profile pr: its
@@ -104,7 +139,7 @@ static uint64_t unique_blocks_of(const route_profile *pr, uint64_t isl, uint32_t
 /* Candidate i's overlaps, its current load and its cost; caller holds r->mu. */
 static void fill_cost(kvr_router *r, kvr_index *idx, const cost_params *p,
                       const kvr_query_entry *e, const route_profile *pr, uint64_t unique,
-                      uint64_t isl, uint32_t bs, kvr_route_cost *c)
+                      uint64_t isl, uint32_t bs, double now, kvr_route_cost *c)
 {
     c->worker_id = e->worker_id;
     c->dp_rank = e->dp_rank;
@@ -120,9 +155,35 @@ static void fill_cost(kvr_router *r, kvr_index *idx, const cost_params *p,
         held = route_load_held_prefix(l, pr->hashes, (uint32_t)pr->n_blocks);
     }
     c->new_blocks = (uint64_t)(pr->n_blocks - held) + unique;
+    if (p->model == KVR_COST_TTFT) {
+        cost_ttft(p, c, l, now, isl, bs);
+        return;
+    }
     uint64_t whole = isl / bs;
     uint64_t cut = pr->kind == KVR_SEQ_TEXT_PREFIX && whole > pr->n_blocks ? whole - pr->n_blocks : 0;
-    cost_of(p, c, isl, bs, cut);
+    cost_dynamo(p, c, isl, bs, cut);
+}
+
+/* Each candidate's prefill rate for the ttft model (route.h): measured,
+ * else the mean measured rate of the candidates, else the configured one. */
+static void fill_rates(kvr_router *r, kvr_index *idx, const kvr_query_result *q,
+                       kvr_route_cost *c, size_t n)
+{
+    double sum = 0;
+    size_t measured = 0;
+    for (size_t i = 0; i < n; i++) {
+        const kvr_query_entry *e = &q->entries[i];
+        c[i].prefill_tps = route_rate_measured(
+            route_rate_find(&r->bk, (uintptr_t)idx, e->worker_id, e->dp_rank));
+        if (c[i].prefill_tps > 0) {
+            sum += c[i].prefill_tps;
+            measured++;
+        }
+    }
+    double fallback = measured ? sum / (double)measured : r->cfg.prefill_tps;
+    for (size_t i = 0; i < n; i++)
+        if (!(c[i].prefill_tps > 0))
+            c[i].prefill_tps = fallback;
 }
 
 static bool same_cost(double a, double b)
@@ -180,9 +241,11 @@ static size_t pick_argmin(kvr_router *r, kvr_route_cost *c, size_t n, size_t *ti
 
 static cost_params params_of(const kvr_router *r, const kvr_route_request *req)
 {
-    cost_params p = {r->cfg.overlap_score_credit, r->cfg.prefill_load_scale, r->cfg.cpu_hit_weight,
-                     r->cfg.disk_hit_weight, r->cfg.temperature,
-                     r->cfg.unclamped_prefill, r->cfg.media_cut_weight};
+    cost_params p = {r->cfg.cost_model, r->cfg.overlap_score_credit, r->cfg.prefill_load_scale,
+                     r->cfg.cpu_hit_weight, r->cfg.disk_hit_weight, r->cfg.temperature,
+                     r->cfg.unclamped_prefill, r->cfg.media_cut_weight,
+                     r->cfg.decode_kv_share, r->cfg.max_decode_slowdown,
+                     r->cfg.recompute_weight};
     if (req->has_overlap_score_credit)
         p.credit_scale = req->overlap_score_credit;
     if (req->has_prefill_load_scale)
@@ -212,6 +275,52 @@ static kvr_route_status check_overrides(const kvr_route_request *req, kvr_route_
                  KVR_ROUTE_MAX_ID_LEN);
         return KVR_ROUTE_BAD_REQUEST;
     }
+    return KVR_ROUTE_OK;
+}
+
+/* Books the request on the chosen candidate c; caller holds r->mu. */
+static kvr_route_status book(kvr_router *r, kvr_index *idx, const cost_params *p,
+                             const kvr_route_request *req, const route_scratch *s,
+                             const kvr_route_cost *costs, size_t pick, const uint64_t *unique,
+                             uint64_t isl, uint32_t bs, double now, kvr_route_decision *out)
+{
+    const kvr_route_cost *c = &costs[pick];
+    if (r->cfg.max_bookings && r->bk.n_active >= r->cfg.max_bookings) {
+        r->bk.rejected++;
+        snprintf(out->error, sizeof out->error,
+                 "max_bookings: %llu requests are booked, the router's limit (POST /free "
+                 "finished requests, or raise the router option max_bookings)",
+                 (unsigned long long)r->cfg.max_bookings);
+        return KVR_ROUTE_LIMIT;
+    }
+    route_load *l = route_load_find(&r->bk, (uintptr_t)idx, c->worker_id, c->dp_rank, true);
+    /* Pending prefill is what the worker must compute: dynamo counts the
+     * tokens its GPU cache does not hold (Dynamo's new_tokens); ttft also
+     * counts what host and disk hits still cost. */
+    uint64_t cached = (uint64_t)c->gpu_blocks * bs;
+    uint64_t prefill = p->model == KVR_COST_TTFT ? (uint64_t)llround(uncached_tokens(p, c, isl, bs))
+                       : isl > cached               ? isl - cached
+                                                    : 0;
+    uint32_t k = s->entry_profile[pick];
+    const route_profile *pr = &s->profiles[k];
+    uint64_t added = 0;
+    route_booking *bk = NULL;
+    int b = l ? route_book(&r->bk, req->request_id, l, prefill, pr->hashes, (uint32_t)pr->n_blocks,
+                           unique[k], now, &added, &bk)
+              : -1;
+    if (b != 0) {
+        snprintf(out->error, sizeof out->error, "%s",
+                 b > 0 ? "request_id: already booked (POST /free it first)" : "out of memory");
+        return b > 0 ? KVR_ROUTE_DUPLICATE_ID : KVR_ROUTE_NO_MEMORY;
+    }
+    bk->sample_rate = r->cfg.learn_prefill_rate && c->active_prefill_tokens == 0 &&
+                      prefill >= KVR_ROUTE_RATE_MIN_TOKENS;
+    bk->decode_factor = decode_factor(p, l);
+    bk->context = isl + req->osl / 2;
+    out->booked_prefill_tokens = prefill;
+    out->booked_blocks = added;
+    route_share_booked(r, &req->q, c, prefill, pr->hashes, (uint32_t)pr->n_blocks, unique[k],
+                       req->request_id);
     return KVR_ROUTE_OK;
 }
 
@@ -253,10 +362,13 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
         unique[k] = unique_blocks_of(&s->profiles[k], isl, req->osl, bs);
 
     pthread_mutex_lock(&r->mu);
-    route_bookings_expire(&r->bk, route_now());
+    double now = route_now(r);
+    route_bookings_expire(&r->bk, now);
+    if (p.model == KVR_COST_TTFT)
+        fill_rates(r, idx, &q, c, n);
     for (size_t i = 0; i < n; i++) {
         uint32_t k = s->entry_profile[i];
-        fill_cost(r, idx, &p, &q.entries[i], &s->profiles[k], unique[k], isl, bs, &c[i]);
+        fill_cost(r, idx, &p, &q.entries[i], &s->profiles[k], unique[k], isl, bs, now, &c[i]);
     }
     size_t pick, ties = 1;
     kvr_route_reason reason;
@@ -272,33 +384,15 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
     if (req->has_worker_id)
         reason = KVR_REASON_PINNED;
     if (req->request_id) {
-        route_load *l = route_load_find(&r->bk, (uintptr_t)idx, c[pick].worker_id,
-                                        c[pick].dp_rank, true);
-        /* Pending prefill is what the worker must compute: the tokens its
-         * GPU cache does not already hold (Dynamo's new_tokens). */
-        uint64_t cached = (uint64_t)c[pick].gpu_blocks * bs;
-        uint64_t prefill = isl > cached ? isl - cached : 0;
-        const route_profile *pr = &s->profiles[s->entry_profile[pick]];
-        uint64_t added = 0;
-        int b = l ? route_book(&r->bk, req->request_id, l, prefill, pr->hashes,
-                               (uint32_t)pr->n_blocks, unique[s->entry_profile[pick]],
-                               route_now(), &added)
-                  : -1;
-        if (b != 0) {
+        st = book(r, idx, &p, req, s, c, pick, unique, isl, bs, now, out);
+        if (st != KVR_ROUTE_OK) {
             pthread_mutex_unlock(&r->mu);
-            st = b > 0 ? KVR_ROUTE_DUPLICATE_ID : KVR_ROUTE_NO_MEMORY;
-            snprintf(out->error, sizeof out->error, "%s",
-                     b > 0 ? "request_id: already booked (POST /free it first)" : "out of memory");
             free(c);
             free(unique);
             route_scratch_release(r, s);
             kvr_query_result_free(&q);
             return st;
         }
-        out->booked_prefill_tokens = prefill;
-        out->booked_blocks = added;
-        route_share_booked(r, &req->q, &c[pick], prefill, pr->hashes, (uint32_t)pr->n_blocks,
-                           unique[s->entry_profile[pick]], req->request_id);
     }
     pthread_mutex_unlock(&r->mu);
     free(unique);

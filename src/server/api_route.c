@@ -256,8 +256,21 @@ static bool get_number(json_t *body, const char *key, bool *has, double *out, kv
     return true;
 }
 
-static bool parse_route(const kvr_json_body *b, parsed *p, kvr_route_request *rq,
-                        kvr_api_reply *reply)
+/* time_s: a simulator's virtual clock (router option clock_from_requests;
+ * otherwise checked and ignored). */
+static bool observe_time(kvr_server *srv, json_t *body, kvr_api_reply *reply)
+{
+    bool has = false;
+    double t = 0;
+    if (!get_number(body, "time_s", &has, &t, reply))
+        return false;
+    if (has)
+        kvr_router_observe_time(kvr_server_router(srv), t);
+    return true;
+}
+
+static bool parse_route(kvr_server *srv, const kvr_json_body *b, parsed *p,
+                        kvr_route_request *rq, kvr_api_reply *reply)
 {
     json_t *body = b->root;
     if (!parse_query(b, false, p, reply))
@@ -279,6 +292,8 @@ static bool parse_route(const kvr_json_body *b, parsed *p, kvr_route_request *rq
     }
     rq->osl = (uint32_t)osl;
     rq->dp_rank = (uint32_t)rank;
+    if (!observe_time(srv, body, reply))
+        return false;
     if (!get_number(body, "temperature", &rq->has_temperature, &rq->temperature, reply) ||
         !get_number(body, "overlap_score_credit", &rq->has_overlap_score_credit,
                     &rq->overlap_score_credit, reply) ||
@@ -367,7 +382,7 @@ void kvr_api_route(kvr_server *srv, const kvr_json_body *b, kvr_api_reply *reply
 {
     parsed p;
     kvr_route_request rq;
-    if (!parse_route(b, &p, &rq, reply)) {
+    if (!parse_route(srv, b, &p, &rq, reply)) {
         parsed_free(&p);
         return;
     }
@@ -404,8 +419,16 @@ static void booking_call(kvr_server *srv, json_t *body, kvr_api_reply *reply, bo
         kvr_api_error(reply, 400, "%s", e.msg);
         return;
     }
+    /* ttft_ms: the caller's own measure of the prefill (a gateway that
+     * reports late, or a simulator in virtual time); else the router times it. */
+    bool has_ttft = false;
+    double ttft_ms = -1;
+    if (!observe_time(srv, body, reply) ||
+        (!release && !get_number(body, "ttft_ms", &has_ttft, &ttft_ms, reply)))
+        return;
     kvr_router *r = kvr_server_router(srv);
-    kvr_route_status st = release ? kvr_router_release(r, id) : kvr_router_prefill_done(r, id);
+    kvr_route_status st = release ? kvr_router_release(r, id)
+                                  : kvr_router_prefill_done_after(r, id, has_ttft ? ttft_ms / 1000.0 : -1);
     if (st != KVR_ROUTE_OK) {
         kvr_api_error(reply, 404, "field 'request_id': no active booking '%s' (unknown, freed or "
                       "expired)", id);

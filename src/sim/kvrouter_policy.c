@@ -227,13 +227,14 @@ void kvr_sim_kr_destroy(kvr_sim_kr *kr)
     free(kr);
 }
 
-long kvr_sim_kr_route(kvr_sim_kr *kr, size_t idx, const kvr_sim_request *req, uint32_t osl)
+long kvr_sim_kr_route(kvr_sim_kr *kr, size_t idx, const kvr_sim_request *req, uint32_t osl,
+                      double t)
 {
     kvr_sim_buf *b = &kr->body;
     kvr_sim_buf_reset(b);
     kvr_sim_buf_printf(b, "{\"model_name\":\"%s\",\"request_id\":\"sim-%zu\",\"osl\":%" PRIu32
-                          ",\"token_ids\":[",
-                       kr->cfg->model_name, idx, osl);
+                          ",\"time_s\":%.6f,\"token_ids\":[",
+                       kr->cfg->model_name, idx, osl, t);
     /* Prompts run to 100k+ tokens: format by hand rather than build a JSON
      * tree per token. */
     char num[16];
@@ -278,10 +279,10 @@ long kvr_sim_kr_route(kvr_sim_kr *kr, size_t idx, const kvr_sim_request *req, ui
     return slot;
 }
 
-static void request_call(kvr_sim_kr *kr, const char *path, size_t idx)
+static void request_call(kvr_sim_kr *kr, const char *path, size_t idx, double t)
 {
     kvr_sim_buf_reset(&kr->body);
-    kvr_sim_buf_printf(&kr->body, "{\"request_id\":\"sim-%zu\"}", idx);
+    kvr_sim_buf_printf(&kr->body, "{\"request_id\":\"sim-%zu\",\"time_s\":%.6f}", idx, t);
     long status;
     if (!post(kr, path, &status) || status != 200) {
         kr->route_errors++;
@@ -289,8 +290,15 @@ static void request_call(kvr_sim_kr *kr, const char *path, size_t idx)
     }
 }
 
-void kvr_sim_kr_prefill_done(kvr_sim_kr *kr, size_t idx) { request_call(kr, "/prefill_done", idx); }
-void kvr_sim_kr_free(kvr_sim_kr *kr, size_t idx) { request_call(kr, "/free", idx); }
+/* The virtual time goes with every call (the router the sim starts runs
+ * with clock_from_requests), so the router times prefills, drains queues
+ * and expires bookings in the sim's time, not in the sim's wall time. */
+void kvr_sim_kr_prefill_done(kvr_sim_kr *kr, size_t idx, double t)
+{
+    request_call(kr, "/prefill_done", idx, t);
+}
+
+void kvr_sim_kr_free(kvr_sim_kr *kr, size_t idx, double t) { request_call(kr, "/free", idx, t); }
 
 static uint64_t counter(json_t *obj, const char *key)
 {

@@ -28,9 +28,11 @@ kvr_sim_kr *kvr_sim_kr_create(const kvr_sim_config *cfg, kvr_sim_engine **engine
 void kvr_sim_kr_destroy(kvr_sim_kr *kr);
 
 /* Returns the chosen slot, or -1 (counted) when the router failed. */
-long kvr_sim_kr_route(kvr_sim_kr *kr, size_t idx, const kvr_sim_request *req, uint32_t osl);
-void kvr_sim_kr_prefill_done(kvr_sim_kr *kr, size_t idx);
-void kvr_sim_kr_free(kvr_sim_kr *kr, size_t idx);
+/* t: the virtual time of each call, in seconds (time_s). */
+long kvr_sim_kr_route(kvr_sim_kr *kr, size_t idx, const kvr_sim_request *req, uint32_t osl,
+                      double t);
+void kvr_sim_kr_prefill_done(kvr_sim_kr *kr, size_t idx, double t);
+void kvr_sim_kr_free(kvr_sim_kr *kr, size_t idx, double t);
 /* Marks slot as having published; every sync_every calls waits until the
  * router applied everything published so far. */
 void kvr_sim_kr_published(kvr_sim_kr *kr, size_t slot);

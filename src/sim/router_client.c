@@ -192,7 +192,7 @@ int kvr_sim_router_spawn(const char *exe, uint64_t rng_seed, char *const *router
          * sim that dies without cleaning up takes its router with it. */
         dup2(STDERR_FILENO, STDOUT_FILENO);
         prctl(PR_SET_PDEATHSIG, SIGTERM);
-        char **argv = calloc(6 + 2 * n_opts + 1, sizeof *argv);
+        char **argv = calloc(8 + 2 * n_opts + 1, sizeof *argv);
         if (!argv)
             _exit(127);
         size_t k = 0;
@@ -202,6 +202,9 @@ int kvr_sim_router_spawn(const char *exe, uint64_t rng_seed, char *const *router
         argv[k++] = listen;
         argv[k++] = "--router-opt";
         argv[k++] = seed;
+        /* The sim replays in virtual time and says so in every call. */
+        argv[k++] = "--router-opt";
+        argv[k++] = "clock_from_requests=1";
         for (size_t i = 0; i < n_opts; i++) {
             argv[k++] = "--router-opt";
             argv[k++] = router_opts[i];

@@ -31,7 +31,7 @@ uint64_t kvr_sim_http_calls(const kvr_sim_http *h);
 double kvr_sim_http_seconds(const kvr_sim_http *h); /* total time inside calls */
 
 /* Starts `exe serve --listen 127.0.0.1:PORT --router-opt rng_seed=SEED
- * [--router-opt OPT]...` on a free port (a fixed seed makes the router's
+ * --router-opt clock_from_requests=1 [--router-opt OPT]...` on a free port (a fixed seed makes the router's
  * tie-breaks repeatable) and waits (up to timeout_ms) for GET /health to
  * answer 200. url gets "http://127.0.0.1:PORT". */
 int kvr_sim_router_spawn(const char *exe, uint64_t rng_seed, char *const *router_opts,

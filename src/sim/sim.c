@@ -12,6 +12,7 @@
 #include "sim/diagnose.h"
 #include "mock/engine.h"
 #include "sim/kvrouter_policy.h"
+#include "sim/serving.h"
 #include "util/rng.h"
 #include "util/u64map.h"
 
@@ -43,6 +44,9 @@ void kvr_sim_config_defaults(kvr_sim_config *c)
     c->speed = 1.0;
     c->prefill_tps = 20000.0;
     c->decode_tps = 50.0;
+    c->kv_read_tps = 8e6;
+    c->host_load_cost = 0.2;
+    c->kv_admission = true;
     c->model_name = "sim-model";
     c->sync_every = 1;
     c->sync_timeout_ms = 5000;
@@ -55,72 +59,6 @@ bool kvr_sim_engine_is_kimi(const kvr_sim_config *c, size_t engine)
     return floor((double)(engine + 1) * c->kimi_share) > floor((double)engine * c->kimi_share);
 }
 
-/* ---- virtual-time events ---- */
-
-enum { EV_PREFILL_DONE = 0, EV_FINISH = 1 };
-
-typedef struct {
-    double t;
-    uint64_t order; /* ties resolve in scheduling order: deterministic */
-    int kind;
-    uint32_t req, slot;
-    uint64_t tokens;
-} sim_event;
-
-typedef struct {
-    sim_event *v;
-    size_t n, cap;
-    uint64_t next_order;
-} event_heap;
-
-static bool ev_less(const sim_event *a, const sim_event *b)
-{
-    return a->t < b->t || (a->t == b->t && a->order < b->order);
-}
-
-static int heap_push(event_heap *h, sim_event e)
-{
-    if (h->n == h->cap) {
-        size_t ncap = h->cap ? h->cap * 2 : 256;
-        sim_event *nv = realloc(h->v, ncap * sizeof *nv);
-        if (!nv)
-            return -1;
-        h->v = nv;
-        h->cap = ncap;
-    }
-    e.order = h->next_order++;
-    size_t i = h->n++;
-    while (i > 0 && ev_less(&e, &h->v[(i - 1) / 2])) {
-        h->v[i] = h->v[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    h->v[i] = e;
-    return 0;
-}
-
-static sim_event heap_pop(event_heap *h)
-{
-    sim_event top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t l = 2 * i + 1, m = i;
-        const sim_event *cur = &last;
-        if (l < h->n && ev_less(&h->v[l], cur)) {
-            m = l;
-            cur = &h->v[l];
-        }
-        if (l + 1 < h->n && ev_less(&h->v[l + 1], cur))
-            m = l + 1;
-        if (m == i)
-            break;
-        h->v[i] = h->v[m];
-        i = m;
-    }
-    if (h->n)
-        h->v[i] = last;
-    return top;
-}
-
 /* ---- one run ---- */
 
 typedef struct {
@@ -130,24 +68,22 @@ typedef struct {
     size_t n_slots;
     kvr_sim_engine **eng;
     bool *kimi;
-    double *free_at;
-    uint32_t *running;
-    uint64_t *assigned, *prefill_tokens, *queued_tokens;
-    event_heap events;
+    uint64_t *assigned, *prefill_tokens;
+    kvr_sim_serving serving;
     uint64_t rng;
     size_t rr_next;
     kvr_sim_approx *approx;
+    uint32_t *running; /* per slot, for approx_tree */
     kvr_sim_kr *kr;
     void *zctx;
-    double *ttft;
     kvr_sim_request req;
 } sim_run;
 
 /* Fewer running requests, then fewer tokens still to prefill. */
 static bool lighter(const sim_run *s, size_t a, size_t b)
 {
-    return s->running[a] < s->running[b] ||
-           (s->running[a] == s->running[b] && s->queued_tokens[a] < s->queued_tokens[b]);
+    const kvr_sim_worker *x = &s->serving.w[a], *y = &s->serving.w[b];
+    return x->running < y->running || (x->running == y->running && x->queued < y->queued);
 }
 
 static size_t least_loaded(const sim_run *s)
@@ -186,7 +122,7 @@ static size_t oracle_pick(sim_run *s)
     return best;
 }
 
-static long pick(sim_run *s, size_t idx, uint32_t osl)
+static long pick(sim_run *s, size_t idx, uint32_t osl, double t)
 {
     switch (s->pol) {
     case KVR_SIM_ROUND_ROBIN: {
@@ -199,11 +135,13 @@ static long pick(sim_run *s, size_t idx, uint32_t osl)
     case KVR_SIM_LEAST_LOADED:
         return (long)least_loaded(s);
     case KVR_SIM_APPROX_TREE:
+        for (size_t w = 0; w < s->n_slots; w++)
+            s->running[w] = s->serving.w[w].running;
         return (long)kvr_sim_approx_pick(s->approx, s->req.route, s->req.n, s->running);
     case KVR_SIM_ORACLE:
         return (long)oracle_pick(s);
     case KVR_SIM_KVROUTER: {
-        long w = kvr_sim_kr_route(s->kr, idx, &s->req, osl);
+        long w = kvr_sim_kr_route(s->kr, idx, &s->req, osl, t);
         /* A failed /route is counted; the request still runs somewhere so
          * the comparison keeps the same work. */
         return w >= 0 ? w : (long)least_loaded(s);
@@ -213,25 +151,22 @@ static long pick(sim_run *s, size_t idx, uint32_t osl)
     }
 }
 
-static void handle_event(sim_run *s, const sim_event *ev)
+/* The router hears of a request's prefill end and its end at those virtual
+ * instants, as a gateway would tell it. */
+static void on_prefill_done(void *ud, uint32_t req, uint32_t slot, double t)
 {
-    if (ev->kind == EV_PREFILL_DONE) {
-        s->queued_tokens[ev->slot] -= ev->tokens;
-        if (s->kr)
-            kvr_sim_kr_prefill_done(s->kr, ev->req);
-    } else {
-        s->running[ev->slot]--;
-        if (s->kr)
-            kvr_sim_kr_free(s->kr, ev->req);
-    }
+    sim_run *s = ud;
+    (void)slot;
+    if (s->kr)
+        kvr_sim_kr_prefill_done(s->kr, req, t);
 }
 
-static void drain_until(sim_run *s, double t)
+static void on_finished(void *ud, uint32_t req, uint32_t slot, double t)
 {
-    while (s->events.n && s->events.v[0].t <= t) {
-        sim_event ev = heap_pop(&s->events);
-        handle_event(s, &ev);
-    }
+    sim_run *s = ud;
+    (void)slot;
+    if (s->kr)
+        kvr_sim_kr_free(s->kr, req, t);
 }
 
 static size_t total_blocks(const kvr_sim_config *cfg, const kvr_sim_workload *wl)
@@ -255,13 +190,10 @@ static void run_free(sim_run *s)
     kvr_sim_approx_destroy(s->approx);
     free(s->eng);
     free(s->kimi);
-    free(s->free_at);
     free(s->running);
     free(s->assigned);
     free(s->prefill_tokens);
-    free(s->queued_tokens);
-    free(s->events.v);
-    free(s->ttft);
+    kvr_sim_serving_free(&s->serving);
     kvr_sim_request_free(&s->req);
 }
 
@@ -365,18 +297,20 @@ int kvr_sim_run(const kvr_sim_config *cfg, const kvr_sim_workload *wl, kvr_sim_p
     size_t n = wl->trace->n;
     s.eng = calloc(s.n_slots, sizeof *s.eng);
     s.kimi = calloc(s.n_slots, sizeof *s.kimi);
-    s.free_at = calloc(s.n_slots, sizeof *s.free_at);
     s.running = calloc(s.n_slots, sizeof *s.running);
     s.assigned = calloc(s.n_slots, sizeof *s.assigned);
     s.prefill_tokens = calloc(s.n_slots, sizeof *s.prefill_tokens);
-    s.queued_tokens = calloc(s.n_slots, sizeof *s.queued_tokens);
-    s.ttft = calloc(n ? n : 1, sizeof *s.ttft);
+    kvr_sim_serving_params sp = {cfg->prefill_tps, cfg->decode_tps, cfg->kv_read_tps,
+                                 cfg->kv_admission ? cfg->capacity : 0};
     int rc = -1;
-    if (!s.eng || !s.kimi || !s.free_at || !s.running || !s.assigned || !s.prefill_tokens ||
-        !s.queued_tokens || !s.ttft) {
+    if (!s.eng || !s.kimi || !s.running || !s.assigned || !s.prefill_tokens ||
+        kvr_sim_serving_init(&s.serving, &sp, s.n_slots, n) != 0) {
         snprintf(err, errlen, "out of memory");
         goto done;
     }
+    s.serving.prefill_done = on_prefill_done;
+    s.serving.finished = on_finished;
+    s.serving.ud = &s;
     if (create_engines(&s, err, errlen) != 0)
         goto done;
     if (pol == KVR_SIM_APPROX_TREE && !(s.approx = kvr_sim_approx_create(s.n_slots))) {
@@ -397,12 +331,15 @@ int kvr_sim_run(const kvr_sim_config *cfg, const kvr_sim_workload *wl, kvr_sim_p
     for (size_t i = 0; i < n; i++) {
         const kvr_trace_request *tr = &wl->trace->reqs[i];
         double t = tr->timestamp_ms / 1000.0 / cfg->speed;
-        drain_until(&s, t);
+        if (kvr_sim_serving_run_until(&s.serving, t) != 0) {
+            snprintf(err, errlen, "out of memory");
+            goto done;
+        }
         if (kvr_sim_workload_build(wl, i, &s.req) != 0) {
             snprintf(err, errlen, "out of memory building request %zu", i);
             goto done;
         }
-        long w = pick(&s, i, tr->output_length);
+        long w = pick(&s, i, tr->output_length, t);
         if (w < 0 || (size_t)w >= s.n_slots) {
             snprintf(err, errlen, "policy %s picked no worker", kvr_sim_policy_name(pol));
             goto done;
@@ -443,28 +380,29 @@ int kvr_sim_run(const kvr_sim_config *cfg, const kvr_sim_workload *wl, kvr_sim_p
         out->reused_tokens += reused;
         out->gpu_reused_tokens += gpu_reused;
 
-        double start = t > s.free_at[slot] ? t : s.free_at[slot];
-        double finish = start + (double)uncached / cfg->prefill_tps;
-        s.free_at[slot] = finish;
-        s.ttft[i] = (finish - t) * 1000.0;
-        s.running[slot]++;
+        uint64_t osl = tr->output_length;
+        kvr_sim_job job = {
+            .arrival = t,
+            .work = (double)uncached + cfg->host_load_cost * (double)(reused - gpu_reused),
+            .context = (double)prompt + (double)osl / 2.0,
+            .kv_blocks = (prompt + osl + B - 1) / B,
+            .decode_s = (double)osl / cfg->decode_tps,
+            .uncached = uncached,
+            .slot = (uint32_t)slot,
+        };
         s.assigned[slot]++;
         s.prefill_tokens[slot] += uncached;
-        s.queued_tokens[slot] += uncached;
-        if (heap_push(&s.events, (sim_event){.t = finish, .kind = EV_PREFILL_DONE,
-                                             .req = (uint32_t)i, .slot = (uint32_t)slot,
-                                             .tokens = uncached}) != 0 ||
-            heap_push(&s.events,
-                      (sim_event){.t = finish + tr->output_length / cfg->decode_tps,
-                                  .kind = EV_FINISH, .req = (uint32_t)i,
-                                  .slot = (uint32_t)slot}) != 0) {
+        if (kvr_sim_serving_submit(&s.serving, (uint32_t)i, &job) != 0) {
             snprintf(err, errlen, "out of memory");
             goto done;
         }
         if (cfg->log && n >= 4 && (i + 1) % (n / 4) == 0)
             fprintf(cfg->log, "  %s: %zu/%zu requests\n", kvr_sim_policy_name(pol), i + 1, n);
     }
-    drain_until(&s, INFINITY);
+    if (kvr_sim_serving_run_until(&s.serving, INFINITY) != 0) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
     if (s.kr)
         kvr_sim_kr_sync(s.kr);
 
@@ -475,12 +413,12 @@ int kvr_sim_run(const kvr_sim_config *cfg, const kvr_sim_workload *wl, kvr_sim_p
         out->prompt_tokens ? (double)out->gpu_reused_tokens / out->prompt_tokens : 0;
     out->max_mean_load = max_over_mean(s.prefill_tokens, s.n_slots);
     out->max_mean_requests = max_over_mean(s.assigned, s.n_slots);
-    double sum = 0;
+    double sum = 0, *ttft = s.serving.ttft_s;
     for (size_t i = 0; i < n; i++)
-        sum += s.ttft[i];
-    qsort(s.ttft, n, sizeof *s.ttft, cmp_double);
-    out->ttft_p50_ms = percentile(s.ttft, n, 50);
-    out->ttft_p99_ms = percentile(s.ttft, n, 99);
+        sum += ttft[i] *= 1000.0;
+    qsort(ttft, n, sizeof *ttft, cmp_double);
+    out->ttft_p50_ms = percentile(ttft, n, 50);
+    out->ttft_p99_ms = percentile(ttft, n, 99);
     out->ttft_mean_ms = n ? sum / (double)n : 0;
     if (cfg->diagnose && pol != KVR_SIM_ORACLE)
         kvr_sim_print_diagnosis(stdout, kvr_sim_policy_name(pol), &out->diag, out->prompt_tokens,

@@ -1,18 +1,17 @@
 /* `kvrouter sim`: one trace replayed under several routing policies, each on
  * a fresh simulated fleet, in virtual time.
  *
- * Time model (discrete events, deterministic for the baselines): request i
- * arrives at timestamp_ms / speed; the policy picks a worker (engine x
- * dp rank) at arrival; the engine's cache is read and updated at arrival
- * (hit = cached prefix then); each worker prefills one request at a time in
- * FIFO order, taking uncached_tokens / prefill_tps seconds; decode then
- * takes output_length / decode_tps seconds and does not hold the prefill
- * queue (continuous batching). TTFT proxy = queueing wait + prefill time.
+ * Request i arrives at timestamp_ms / speed; the policy picks a worker
+ * (engine x dp rank) at arrival; the engine's cache is read and updated at
+ * arrival (hit = cached prefix then). How the worker then spends its time
+ * -- FIFO prefill of the uncached tokens at a rate that long decodes slow
+ * down, HiCache hits copied back at a cost, KV memory that bounds how many
+ * requests run at once -- is sim/serving.h; TTFT = prefill end - arrival.
  * A worker's running requests (arrival .. end of decode) are its load for
- * least_loaded / approx_tree (as SGLang's router counts them), and the router hears /prefill_done and /free
- * at those virtual instants. Host-tier (HiCache) blocks loaded back count as
- * reused: they are not recomputed. Output tokens are not cached (the trace
- * does not say which later prompt blocks they become). */
+ * least_loaded / approx_tree (as SGLang's router counts them), and the
+ * router hears /prefill_done (with the TTFT) and /free at those virtual
+ * instants. Output tokens are not cached (the trace does not say which
+ * later prompt blocks they become). */
 #ifndef KVR_SIM_SIM_H
 #define KVR_SIM_SIM_H
 
@@ -50,6 +49,9 @@ typedef struct {
     double speed;           /* trace time is divided by this */
     double prefill_tps;     /* prefill tokens/s per worker */
     double decode_tps;      /* decode tokens/s per request */
+    double kv_read_tps;     /* KV context tokens a worker reads per second (sim/serving.h); 0 = decode is free */
+    double host_load_cost;  /* a HiCache hit costs this many prefill tokens' time */
+    bool kv_admission;      /* a request waits until its KV blocks fit in `capacity` */
     const char *router_url; /* needed by the kvrouter policy */
     const char *model_name;
     unsigned sync_every;    /* kvrouter: wait for the router to apply events every N requests */

@@ -94,10 +94,15 @@ static inline kvr_query_request rt_request(const uint32_t *tokens, size_t n,
     return q;
 }
 
+/* The cost model rt_router gives its routers: the library default unless a
+ * test file of one model's formula sets it first. */
+static kvr_cost_model rt_cost_model = KVR_COST_TTFT;
+
 static inline kvr_router *rt_router(kvr_indexer *ix, double ttl, uint64_t seed)
 {
     kvr_router_config cfg;
     kvr_router_config_default(&cfg);
+    cfg.cost_model = rt_cost_model;
     cfg.rng_seed = seed;
     cfg.rank_refresh_s = 0;
     if (ttl > 0)

@@ -14,6 +14,7 @@ static kvr_router *router_with(kvr_indexer *ix, bool unclamped, double cut_w, do
 {
     kvr_router_config cfg;
     kvr_router_config_default(&cfg);
+    cfg.cost_model = KVR_COST_DYNAMO; /* options of SPEC §8's formula */
     cfg.rng_seed = 7;
     cfg.rank_refresh_s = 0;
     cfg.overlap_score_credit = credit;

@@ -1,4 +1,4 @@
-/* Selection and bookings (SPEC §8): cost, tie-break, sampling, pins,
+/* Selection and bookings with cost_model dynamo (SPEC §8): cost, tie-break, sampling, pins,
  * allow-lists, /prefill_done, /free and TTL expiry. Costs include the
  * request's own new blocks (4 for a 16-token prompt that no active request
  * on that worker shares), and bookings hold uncached prefill tokens and
@@ -21,6 +21,7 @@ typedef struct {
 
 static fx *make(double ttl, uint64_t seed)
 {
+    rt_cost_model = KVR_COST_DYNAMO; /* these tests check SPEC §8's formula */
     fx *f = calloc(1, sizeof *f);
     rt_open(&f->ix, &f->r, ttl, seed);
     for (uint32_t i = 0; i < N; i++)
@@ -425,6 +426,7 @@ static void test_fresh_rank_with_overlap_is_a_candidate(void **state)
     kvr_router_destroy(f->r);
     kvr_router_config cfg;
     kvr_router_config_default(&cfg);
+    cfg.cost_model = KVR_COST_DYNAMO;
     cfg.rank_refresh_s = 1000; /* the rank cache never ages out here */
     f->r = kvr_router_create(f->ix, &cfg);
     kvr_worker *w = worker_with(f, 1, 1);

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Issue 15's routing-quality matrix: kvrouter against the baselines on a set
+# of fleet shapes and simulator seeds, with the router's default settings
+# unless arguments say otherwise, judged by `kvrouter sim --judge`
+# (src/sim/judge.h has the targets). Prints one markdown row per (shape,
+# seed) and a summary; exit status 0 when every row passes, 1 otherwise.
+#
+#   scripts/matrix.sh                          # defaults, every shape, seeds 1 2 3
+#   scripts/matrix.sh --router-opt cost_model=dynamo    # extra sim arguments, every run
+#   MATRIX_SHAPES="s8 k4" MATRIX_SEEDS="1" scripts/matrix.sh
+#
+# Environment: KVROUTER (binary, default build/kvrouter), MATRIX_LIMIT
+# (requests per run, default 1000), MATRIX_SEEDS (default "1 2 3"),
+# MATRIX_SHAPES (names from the table below, default all). About 5 minutes
+# on 2 cores with the defaults.
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bin="${KVROUTER:-$root/build/kvrouter}"
+trace="$root/data/conversation_trace.jsonl"
+limit="${MATRIX_LIMIT:-1000}"
+seeds="${MATRIX_SEEDS:-1 2 3}"
+
+# name | sim arguments (engines, dp ranks, HiCache host blocks, Kimi share,
+# image share, wire, Eagle). Every shape runs the same trace slice.
+shapes=(
+    "s8|--engines 8"
+    "k4|--engines 4 --hicache 32768 --kimi-share 0.5 --mm-share 0.2"
+    "d16|--engines 16 --dp 2"
+    "demo8|--engines 8 --hicache 32768 --kimi-share 0.5 --mm-share 0.2"
+    "m32|--engines 32 --kimi-share 0.25 --mm-share 0.1"
+    "h32d2|--engines 32 --dp 2 --hicache 32768"
+    "v4|--engines 4 --wire vllm --mm-share 0.2"
+    "e8|--engines 8 --eagle --kimi-share 0.5 --mm-share 0.1"
+    "ve16|--engines 16 --hicache 32768 --wire vllm --eagle --mm-share 0.2"
+    "ed4|--engines 4 --dp 2 --hicache 32768 --kimi-share 0.25 --mm-share 0.2 --eagle"
+)
+
+if [[ ! -x "$bin" ]]; then
+    echo "matrix: $bin not built (run: make build)" >&2
+    exit 1
+fi
+
+want="${MATRIX_SHAPES:-}"
+echo "kvrouter sim matrix: $limit requests per run, seeds $seeds${*:+, extra: $*}"
+echo
+echo "| shape | seed | hit % (approx_tree) | best in caches % (SPEC §5-visible) | gap | load (bound) | TTFT p50 ms (best baseline) | TTFT p99 ms (best baseline) | verdict |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+rows=0
+passed=0
+start=$SECONDS
+for entry in "${shapes[@]}"; do
+    name="${entry%%|*}"
+    args="${entry#*|}"
+    if [[ -n "$want" && " $want " != *" $name "* ]]; then
+        continue
+    fi
+    for seed in $seeds; do
+        # shellcheck disable=SC2086
+        line="$("$bin" sim --trace "$trace" --limit "$limit" --seed "$seed" --quiet --judge \
+            --policies kvrouter,round_robin,random,least_loaded,approx_tree $args "$@" \
+            2>/dev/null | grep '^judge:' || true)"
+        rows=$((rows + 1))
+        if [[ -z "$line" ]]; then
+            echo "| $name | $seed | | | | | | | sim failed |"
+            continue
+        fi
+        declare -A f=()
+        for kv in ${line#judge: }; do
+            f[${kv%%=*}]="${kv#*=}"
+        done
+        verdict="pass"
+        if [[ "${f[pass]}" != 1 ]]; then
+            verdict="FAIL ${f[fails]}"
+        else
+            passed=$((passed + 1))
+        fi
+        echo "| $name | $seed | ${f[hit]} (${f[approx_hit]}) | ${f[best]} (${f[visible]}) | ${f[gap]} |" \
+             "${f[load]} (${f[load_bound]}) | ${f[p50]} (${f[best_p50]} ${f[best_p50_by]}) |" \
+             "${f[p99]} (${f[best_p99]} ${f[best_p99_by]}) | $verdict |"
+        unset f
+    done
+done
+echo
+echo "$passed of $rows runs meet every target ($((SECONDS - start)) s)"
+[[ "$passed" == "$rows" ]]

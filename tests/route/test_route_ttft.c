@@ -1,0 +1,383 @@
+/* The default cost model (cost_model ttft, route.h): predicted seconds to
+ * the first token from the queue still ahead, the uncached tokens, the
+ * worker's prefill rate (measured from /prefill_done when it can be) and
+ * the slowdown its decodes cause; plus max_bookings. A fake clock times
+ * everything, so each expected cost is worked out by hand. */
+#include <math.h>
+
+#include "route_test_util.h"
+
+#define BS 4
+#define N 1024 /* 256 blocks */
+
+typedef struct {
+    kvr_indexer *ix;
+    kvr_router *r;
+    double now;
+    uint32_t tokens[N];
+} fx;
+
+static double fake_clock(void *ud) { return ((fx *)ud)->now; }
+
+static fx *make_with(void (*tweak)(kvr_router_config *))
+{
+    fx *f = calloc(1, sizeof *f);
+    f->ix = kvr_indexer_create();
+    assert_non_null(f->ix);
+    kvr_router_config cfg;
+    kvr_router_config_default(&cfg);
+    cfg.rng_seed = 3;
+    cfg.rank_refresh_s = 0;
+    cfg.clock = fake_clock;
+    cfg.clock_ud = f;
+    if (tweak)
+        tweak(&cfg);
+    f->r = kvr_router_create(f->ix, &cfg);
+    assert_non_null(f->r);
+    f->now = 100;
+    for (uint32_t i = 0; i < N; i++)
+        f->tokens[i] = 700 + i;
+    return f;
+}
+
+static void done(fx *f)
+{
+    rt_close(f->ix, f->r);
+    free(f);
+}
+
+/* Worker id caches the first `blocks` blocks of the prompt on rank 0. */
+static void worker_with(fx *f, uint64_t id, uint32_t blocks)
+{
+    kvr_worker *w = rt_register(f->ix, id, BS, KVR_MM_LEGACY, -1, false, NULL);
+    if (blocks) {
+        uint64_t t[N];
+        rt_widen(f->tokens, t, blocks * BS);
+        rt_store(f->ix, w, 0, BS, t, blocks * BS, false, id * 100000);
+    }
+}
+
+/* Routes the first n tokens (pinned when pin != 0) with debug costs. */
+static kvr_route_decision route_n(fx *f, const char *id, size_t n, uint64_t pin)
+{
+    kvr_route_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.q = rt_request(f->tokens, n, NULL, 0);
+    rq.request_id = id;
+    rq.debug = true;
+    if (pin) {
+        rq.has_worker_id = true;
+        rq.worker_id = pin;
+    }
+    kvr_route_decision d;
+    kvr_route_status st = kvr_route(f->r, &rq, &d);
+    if (st != KVR_ROUTE_OK)
+        fail_msg("route failed: %d %s", st, d.error);
+    return d;
+}
+
+static const kvr_route_cost *cost_of(const kvr_route_decision *d, uint64_t id)
+{
+    for (size_t i = 0; i < d->n_costs; i++)
+        if (d->costs[i].worker_id == id)
+            return &d->costs[i];
+    fail_msg("no cost for worker %llu", (unsigned long long)id);
+    return NULL;
+}
+
+static bool near(double a, double b) { return fabs(a - b) <= 1e-9 * (1 + fabs(b)); }
+
+static void test_defaults_and_names(void **state)
+{
+    (void)state;
+    kvr_router_config cfg;
+    kvr_router_config_default(&cfg);
+    assert_int_equal(cfg.cost_model, KVR_COST_TTFT);
+    assert_true(cfg.learn_prefill_rate);
+    assert_int_equal(cfg.max_bookings, 262144);
+    assert_string_equal(kvr_cost_model_name(KVR_COST_DYNAMO), "dynamo");
+    assert_int_equal(kvr_router_config_parse(&cfg, "cost_model", "dynamo"), 0);
+    assert_int_equal(cfg.cost_model, KVR_COST_DYNAMO);
+    assert_int_equal(kvr_router_config_parse(&cfg, "cost_model", "ttft"), 0);
+    assert_int_equal(cfg.cost_model, KVR_COST_TTFT);
+    assert_int_equal(kvr_router_config_parse(&cfg, "cost_model", "fastest"), -1);
+    assert_int_equal(kvr_router_config_parse(&cfg, "cost_model", "2"), -1);
+    assert_int_equal(kvr_router_config_parse(&cfg, "prefill_tps", "0"), -1);
+    assert_int_equal(kvr_router_config_parse(&cfg, "prefill_tps", "2e4"), 0);
+    assert_true(cfg.prefill_tps == 2e4);
+    assert_int_equal(kvr_router_config_parse(&cfg, "max_bookings", "1.5"), -1);
+    assert_int_equal(kvr_router_config_parse(&cfg, "max_bookings", "0"), 0);
+    assert_int_equal(kvr_router_config_parse(&cfg, "decode_kv_share", "x"), -1);
+}
+
+/* Worker 1 caches 200 of the 256 blocks, worker 2 nothing. Idle, at the
+ * default 10000 tokens/s, uncached tokens counted 1 + recompute_weight (2)
+ * times: worker 1 costs 3 x (1024 - 800) / 1e4 s, worker 2 3 x 1024 / 1e4 s. */
+static void test_cost_is_predicted_ttft(void **state)
+{
+    (void)state;
+    fx *f = make_with(NULL);
+    worker_with(f, 1, 200);
+    worker_with(f, 2, 0);
+    kvr_route_decision d = route_n(f, "a", N, 0);
+    assert_true(d.worker_id == 1);
+    assert_true(near(cost_of(&d, 1)->cost, 3 * 224 / 1e4));
+    assert_true(near(cost_of(&d, 2)->cost, 3 * 1024 / 1e4));
+    assert_true(near(cost_of(&d, 1)->credit, 800));
+    assert_true(near(cost_of(&d, 1)->decode_factor, 1.0));
+    assert_int_equal(d.booked_prefill_tokens, 224);
+    kvr_route_decision_free(&d);
+    done(f);
+}
+
+/* A booking queues 224 tokens on worker 1. 10 ms later the worker has done
+ * 10 ms x 1e4 tokens/s of them; never more than 90 % of the head is taken
+ * as done while it has not reported. Once it decodes, its context (1024
+ * tokens + 0 output) slows the next prefill by 1 + 5e-6 x 1024. */
+static void test_queue_drains_with_time(void **state)
+{
+    (void)state;
+    fx *f = make_with(NULL);
+    worker_with(f, 1, 200);
+    worker_with(f, 2, 0);
+    kvr_route_decision d = route_n(f, "a", N, 0);
+    kvr_route_decision_free(&d);
+    double factor = 1 + 5e-6 * 1024;
+    f->now += 0.01;
+    d = route_n(f, NULL, N, 0);
+    const kvr_route_cost *c = cost_of(&d, 1);
+    assert_true(near(c->decode_factor, 1.0));
+    double rate = 1e4;
+    assert_true(near(c->queued_tokens, 224 - 0.01 * rate));
+    assert_true(near(c->cost, (224 - 0.01 * rate + 3 * 224) / rate));
+    kvr_route_decision_free(&d);
+    f->now += 10;
+    d = route_n(f, NULL, N, 0);
+    assert_true(near(cost_of(&d, 1)->queued_tokens, 0.1 * 224));
+    kvr_route_decision_free(&d);
+    /* Prefill done: nothing queued, the decode factor stays until /free. */
+    assert_int_equal(kvr_router_prefill_done(f->r, "a"), KVR_ROUTE_OK);
+    d = route_n(f, NULL, N, 0);
+    assert_true(near(cost_of(&d, 1)->queued_tokens, 0));
+    assert_true(near(cost_of(&d, 1)->cost, 3 * 224 * factor / 1e4));
+    kvr_route_decision_free(&d);
+    assert_int_equal(kvr_router_release(f->r, "a"), KVR_ROUTE_OK);
+    done(f);
+}
+
+/* Worker 1 is measured: 4 requests of 1024 uncached tokens, each alone on
+ * it, report their first token after 0.05 s: 20480 tokens/s. Worker 2 has
+ * no sample and takes the measured mean; with a queued request on worker
+ * 1 no sample is taken. Without learning, the configured rate stays. */
+static void test_rate_learned_from_prefill_done(void **state)
+{
+    (void)state;
+    fx *f = make_with(NULL);
+    worker_with(f, 1, 0);
+    worker_with(f, 2, 0);
+    char id[16];
+    for (int i = 0; i < KVR_ROUTE_RATE_MIN_SAMPLES; i++) {
+        assert_true(kvr_router_prefill_rate(f->r, RT_MODEL, NULL, 1, 0) == 0);
+        snprintf(id, sizeof id, "r%d", i);
+        kvr_route_decision d = route_n(f, id, N, 1);
+        kvr_route_decision_free(&d);
+        f->now += 0.05;
+        assert_int_equal(kvr_router_prefill_done(f->r, id), KVR_ROUTE_OK);
+        assert_int_equal(kvr_router_release(f->r, id), KVR_ROUTE_OK);
+    }
+    assert_true(near(kvr_router_prefill_rate(f->r, RT_MODEL, NULL, 1, 0), 1024 / 0.05));
+    assert_true(kvr_router_prefill_rate(f->r, RT_MODEL, NULL, 2, 0) == 0);
+    kvr_route_decision d = route_n(f, NULL, N, 0);
+    assert_true(near(cost_of(&d, 1)->prefill_tps, 20480));
+    assert_true(near(cost_of(&d, 2)->prefill_tps, 20480));
+    kvr_route_decision_free(&d);
+    /* A caller-measured TTFT counts instead of the clock: 0.1 s. */
+    d = route_n(f, "x", N, 2);
+    kvr_route_decision_free(&d);
+    f->now += 5;
+    assert_int_equal(kvr_router_prefill_done_after(f->r, "x", 0.1), KVR_ROUTE_OK);
+    kvr_router_stats st;
+    kvr_router_stats_get(f->r, &st);
+    assert_int_equal(st.rate_samples, KVR_ROUTE_RATE_MIN_SAMPLES + 1);
+    assert_int_equal(st.rates_learned, 1);
+    /* Queued behind "x" (not released): no sample. */
+    d = route_n(f, "y", N, 2);
+    kvr_route_decision_free(&d);
+    d = route_n(f, "z", N, 2);
+    kvr_route_decision_free(&d);
+    assert_int_equal(kvr_router_prefill_done(f->r, "z"), KVR_ROUTE_OK);
+    kvr_router_stats_get(f->r, &st);
+    assert_int_equal(st.rate_samples, KVR_ROUTE_RATE_MIN_SAMPLES + 1);
+    done(f);
+}
+
+static double weight;
+static void with_weight(kvr_router_config *c) { c->recompute_weight = weight; }
+
+/* Worker 1 caches 800 of 1024 tokens behind a queue, worker 2 is idle and
+ * caches nothing. Waiting for the cache wins while queue + (1 + w) x 224 <
+ * (1 + w) x 1024: below 800 queued tokens with w = 0, below 2400 with w = 2. */
+static void test_recompute_weight_keeps_cache(void **state)
+{
+    (void)state;
+    static const struct {
+        double w;
+        uint32_t queued_blocks;
+        uint64_t want;
+    } cases[] = {{0, 190, 1}, {0, 210, 2}, {2, 590, 1}, {2, 610, 2}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        weight = cases[k].w;
+        fx *f = make_with(with_weight);
+        worker_with(f, 1, 200);
+        worker_with(f, 2, 0);
+        /* A pinned booking of other tokens queues blocks x 4 tokens on 1. */
+        uint32_t saved = f->tokens[0];
+        f->tokens[0] = 5;
+        kvr_route_decision d = route_n(f, "q", cases[k].queued_blocks * BS, 1);
+        kvr_route_decision_free(&d);
+        f->tokens[0] = saved;
+        d = route_n(f, NULL, N, 0);
+        if (d.worker_id != cases[k].want)
+            fail_msg("w %g, queue %u blocks: worker %llu", cases[k].w, cases[k].queued_blocks,
+                     (unsigned long long)d.worker_id);
+        kvr_route_decision_free(&d);
+        done(f);
+    }
+}
+
+static void no_learning(kvr_router_config *c) { c->learn_prefill_rate = false; }
+
+static void test_no_learning_keeps_configured_rate(void **state)
+{
+    (void)state;
+    fx *f = make_with(no_learning);
+    worker_with(f, 1, 0);
+    for (int i = 0; i < 2 * KVR_ROUTE_RATE_MIN_SAMPLES; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "r%d", i);
+        kvr_route_decision d = route_n(f, id, N, 0);
+        kvr_route_decision_free(&d);
+        f->now += 0.05;
+        assert_int_equal(kvr_router_prefill_done(f->r, id), KVR_ROUTE_OK);
+        assert_int_equal(kvr_router_release(f->r, id), KVR_ROUTE_OK);
+    }
+    kvr_route_decision d = route_n(f, NULL, N, 0);
+    assert_true(near(cost_of(&d, 1)->prefill_tps, 1e4));
+    kvr_route_decision_free(&d);
+    done(f);
+}
+
+/* The decode factor is bounded: 120 decoding bookings of 256 distinct
+ * blocks hold 122880 tokens, x 5e-6 = 0.61 above the cap 0.5. */
+static void small_cap(kvr_router_config *c) { c->max_decode_slowdown = 0.5; }
+
+static void test_decode_factor_bounded(void **state)
+{
+    (void)state;
+    fx *f = make_with(small_cap);
+    worker_with(f, 1, 0);
+    char id[16];
+    /* Distinct prompts: 120 bookings x 256 blocks x 4 tokens x 5e-6 > 0.5 */
+    for (int i = 0; i < 120; i++) {
+        snprintf(id, sizeof id, "d%d", i);
+        f->tokens[0] = 10000 + (uint32_t)i;
+        kvr_route_decision d = route_n(f, id, N, 1);
+        kvr_route_decision_free(&d);
+        assert_int_equal(kvr_router_prefill_done(f->r, id), KVR_ROUTE_OK);
+    }
+    f->tokens[0] = 700;
+    kvr_route_decision d = route_n(f, NULL, N, 1);
+    assert_true(near(cost_of(&d, 1)->decode_factor, 1.5));
+    kvr_route_decision_free(&d);
+    done(f);
+}
+
+static void limit_two(kvr_router_config *c) { c->max_bookings = 2; }
+
+/* max_bookings: the third booking is refused with KVR_ROUTE_LIMIT (HTTP
+ * 429) naming the limit, counted; unbooked decisions still work, and a
+ * /free makes room again. */
+static void test_max_bookings(void **state)
+{
+    (void)state;
+    fx *f = make_with(limit_two);
+    worker_with(f, 1, 0);
+    kvr_route_decision d = route_n(f, "a", N, 0);
+    kvr_route_decision_free(&d);
+    d = route_n(f, "b", N, 0);
+    kvr_route_decision_free(&d);
+    kvr_route_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.q = rt_request(f->tokens, N, NULL, 0);
+    rq.request_id = "c";
+    assert_int_equal(kvr_route(f->r, &rq, &d), KVR_ROUTE_LIMIT);
+    assert_int_equal(kvr_route_status_http(KVR_ROUTE_LIMIT), 429);
+    assert_non_null(strstr(d.error, "max_bookings"));
+    assert_non_null(strstr(d.error, "2"));
+    kvr_route_decision_free(&d);
+    kvr_router_stats st;
+    kvr_router_stats_get(f->r, &st);
+    assert_int_equal(st.bookings_rejected, 1);
+    assert_int_equal(st.bookings_active, 2);
+    assert_int_equal(st.max_bookings, 2);
+    d = route_n(f, NULL, N, 0);
+    kvr_route_decision_free(&d);
+    assert_int_equal(kvr_router_release(f->r, "a"), KVR_ROUTE_OK);
+    d = route_n(f, "c", N, 0);
+    kvr_route_decision_free(&d);
+    done(f);
+}
+
+static void from_requests(kvr_router_config *c) { c->clock_from_requests = true; }
+
+/* clock_from_requests: the clock is what callers said, never backwards. */
+static void test_clock_from_requests(void **state)
+{
+    (void)state;
+    kvr_indexer *ix = kvr_indexer_create();
+    kvr_router_config cfg;
+    kvr_router_config_default(&cfg);
+    from_requests(&cfg);
+    cfg.rank_refresh_s = 0;
+    kvr_router *r = kvr_router_create(ix, &cfg);
+    rt_register(ix, 1, BS, KVR_MM_LEGACY, -1, false, NULL);
+    uint32_t t[N];
+    for (uint32_t i = 0; i < N; i++)
+        t[i] = i + 1;
+    kvr_route_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.q = rt_request(t, N, NULL, 0);
+    kvr_router_observe_time(r, 50);
+    kvr_router_observe_time(r, 40);
+    rq.request_id = "a";
+    kvr_route_decision d;
+    for (int i = 0; i < KVR_ROUTE_RATE_MIN_SAMPLES; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "a%d", i);
+        rq.request_id = id;
+        assert_int_equal(kvr_route(r, &rq, &d), KVR_ROUTE_OK);
+        kvr_route_decision_free(&d);
+        kvr_router_observe_time(r, 50 + 0.1 * (i + 1)); /* 1024 tokens in 0.1 s */
+        assert_int_equal(kvr_router_prefill_done(r, id), KVR_ROUTE_OK);
+        assert_int_equal(kvr_router_release(r, id), KVR_ROUTE_OK);
+    }
+    assert_true(near(kvr_router_prefill_rate(r, RT_MODEL, NULL, 1, 0), 10240));
+    kvr_router_destroy(r);
+    kvr_indexer_destroy(ix);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults_and_names),
+        cmocka_unit_test(test_cost_is_predicted_ttft),
+        cmocka_unit_test(test_queue_drains_with_time),
+        cmocka_unit_test(test_recompute_weight_keeps_cache),
+        cmocka_unit_test(test_rate_learned_from_prefill_done),
+        cmocka_unit_test(test_no_learning_keeps_configured_rate),
+        cmocka_unit_test(test_decode_factor_bounded),
+        cmocka_unit_test(test_max_bookings),
+        cmocka_unit_test(test_clock_from_requests),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
