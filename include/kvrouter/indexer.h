@@ -26,6 +26,19 @@ extern "C" {
 typedef struct kvr_indexer kvr_indexer;
 typedef struct kvr_worker kvr_worker; /* handle; valid until unregistered */
 
+/* Where the router reads a worker's cache from (route.h). */
+typedef enum {
+    /* Its KV events, once a batch of that rank was applied; until then what
+     * the router routed there (an engine whose events stay silent still
+     * routes by prefix). */
+    KVR_KV_EVENTS_AUTO = 0,
+    KVR_KV_EVENTS_ON,  /* its KV events only */
+    KVR_KV_EVENTS_OFF  /* it publishes none: what the router routed there */
+} kvr_kv_events;
+
+/* "auto", "on", "off"; NULL for an unknown value. */
+const char *kvr_kv_events_name(kvr_kv_events k);
+
 typedef struct {
     const char *model_name;
     const char *routing_group; /* NULL -> "default" */
@@ -43,6 +56,9 @@ typedef struct {
     kvr_engine engine;         /* default KVR_ENGINE_SGLANG (0) */
     bool has_image_token_id;
     uint32_t image_token_id;   /* below KVR_WIDE_SENTINEL */
+    /* Routing hints, read per request (no index state depends on them). */
+    kvr_kv_events kv_events;
+    double prefill_tps;        /* the engine's prefill tokens/s per rank; 0 = unknown */
 } kvr_worker_settings;
 
 typedef enum {
@@ -63,8 +79,9 @@ void kvr_indexer_destroy(kvr_indexer *ix);
 /* Registry semantics:
  * - key (model, group, worker_id); group NULL or "" -> "default".
  * - INVALID: model empty/NULL, a name >= KVR_NAME_MAX bytes, block_size 0 or
- *   above KVR_MAX_BLOCK_SIZE, mm_identity, accepts_mm_hashes or engine out of
- *   range, image_token_id KVR_WIDE_SENTINEL (no real token narrows to it).
+ *   above KVR_MAX_BLOCK_SIZE, mm_identity, accepts_mm_hashes, engine or
+ *   kv_events out of range, image_token_id KVR_WIDE_SENTINEL (no real token
+ *   narrows to it), prefill_tps negative or not finite.
  * - BLOCK_SIZE_CONFLICT: another registered worker of (model, group) has a
  *   different block size. The size binds while any worker of the group is
  *   registered (a group holding only dump-loaded state takes the size of its
@@ -76,7 +93,8 @@ void kvr_indexer_destroy(kvr_indexer *ix);
  *   normalizers/converters are rebuilt lazily with the new settings.
  * - accepts_mm_hashes compares by its effective rule: -1 equals the explicit
  *   default of legacy (1) and engine_wide (0); for auto, -1 (flips after wide
- *   ids) differs from an explicit value. Only that differing -> UPDATED.
+ *   ids) differs from an explicit value. Only that, kv_events or
+ *   prefill_tps differing -> UPDATED (read per request; state kept).
  * - *out (may be NULL) gets the handle, or NULL for CONFLICT/INVALID. The
  *   handle stays the same across UNCHANGED/UPDATED/RESET. */
 kvr_reg_result kvr_indexer_register(kvr_indexer *ix, const kvr_worker_settings *s,
@@ -138,6 +156,8 @@ typedef struct {
     char lora_name[KVR_NAME_MAX];  /* "" when none */
     uint32_t n_ranks;              /* ranks with state (a batch applied) */
     uint32_t ranks[KVR_CAPS_RANKS]; /* the first min(n_ranks, KVR_CAPS_RANKS), sorted */
+    kvr_kv_events kv_events;       /* as registered */
+    double prefill_tps;            /* as registered, 0 = unknown */
 } kvr_worker_caps;
 
 void kvr_worker_caps_get(kvr_indexer *ix, kvr_worker *w, kvr_worker_caps *out);

@@ -100,6 +100,13 @@ typedef struct {
      * /free), so a replay in virtual time is timed in virtual time. A
      * production router keeps this off: its callers' clocks are not its own. */
     bool clock_from_requests;    /* default false */
+    /* The approximate index (a worker registered with kv_events off, or auto
+     * with no batch applied on that rank yet): the blocks routed to it are
+     * its cache for approx_ttl_s after the last request that carried them,
+     * at most approx_max_blocks per (worker, rank), oldest forgotten first;
+     * set it near the engines' KV capacity in blocks. */
+    double approx_ttl_s;         /* default 120 (Dynamo's --no-kv-events TTL) */
+    uint64_t approx_max_blocks;  /* default 32768 */
 } kvr_router_config;
 
 /* Defaults from the option table (kvr_router_options). */
@@ -193,6 +200,11 @@ typedef struct {
     kvr_seq_kind seq_kind;
     bool forward_mm_hashes;  /* only with KVR_SEQ_MM_PADDED */
     kvr_engine engine;       /* the worker's: vLLM gets multi_modal_uuids */
+    /* The overlap is what the router routed there (kv_events off, or auto
+     * with no event yet on this rank), not what its events said; gpu, cpu
+     * and disk are then equal. */
+    bool approximate;
+    double prefill_tps;      /* registered prefill rate, 0 = unknown */
 } kvr_query_entry;
 
 typedef struct {
@@ -298,7 +310,9 @@ void kvr_route_decision_free(kvr_route_decision *d);
  *                           max_decode_slowdown),
  * prefill_tps = the worker's measured rate (learn_prefill_rate, after
  * KVR_ROUTE_RATE_MIN_SAMPLES samples), else its registered one, else the
- * mean measured rate of its group, else the configured prefill_tps.
+ * mean measured rate of the candidates, else the configured prefill_tps.
+ * Overlaps of an approximate entry (kv_events) come from what was routed
+ * there; a booking on it records the request's routing blocks there.
  * Cost, cost_model dynamo (SPEC §8):
  *   cost = prefill_load_scale * max(0, (active_prefill_tokens + isl)/B - credit)
  *        + active_decode_blocks + new_blocks,
@@ -340,8 +354,9 @@ kvr_route_status kvr_router_prefill_done_after(kvr_router *r, const char *reques
                                                double ttft_s);
 /* Releases the booking. KVR_ROUTE_UNKNOWN_ID for an unknown or expired id. */
 kvr_route_status kvr_router_release(kvr_router *r, const char *request_id);
-/* Expires bookings older than booking_ttl_s; returns how many. Every call
- * above also expires lazily; a server calls this periodically too. */
+/* Expires bookings older than booking_ttl_s (returns how many) and blocks of
+ * the approximate index past approx_ttl_s. Every call above also expires
+ * lazily; a server calls this periodically too. */
 size_t kvr_router_sweep(kvr_router *r);
 
 typedef struct {
@@ -378,6 +393,8 @@ typedef struct {
     uint64_t max_bookings;      /* the limit (0 = unlimited) */
     uint64_t rate_samples;      /* /prefill_done timings taken as prefill-rate samples */
     uint64_t rates_learned;     /* (worker, rank) with a measured prefill rate in use */
+    uint64_t approx_workers;    /* (worker, rank) with blocks in the approximate index */
+    uint64_t approx_blocks;     /* blocks held there */
 } kvr_router_stats;
 
 void kvr_router_stats_get(kvr_router *r, kvr_router_stats *out);

@@ -2,6 +2,7 @@
  * worker registration with its reset rules, and the match helpers. */
 #include "index/indexer_internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,7 +134,19 @@ static bool settings_valid(const kvr_worker_settings *s)
            s->block_size <= KVR_MAX_BLOCK_SIZE && (unsigned)s->mm_identity <= KVR_MM_AUTO &&
            s->accepts_mm_hashes >= -1 && s->accepts_mm_hashes <= 1 &&
            (unsigned)s->engine < KVR_ENGINE_COUNT &&
-           !(s->has_image_token_id && s->image_token_id == KVR_WIDE_SENTINEL);
+           !(s->has_image_token_id && s->image_token_id == KVR_WIDE_SENTINEL) &&
+           (unsigned)s->kv_events <= KVR_KV_EVENTS_OFF && isfinite(s->prefill_tps) &&
+           s->prefill_tps >= 0;
+}
+
+const char *kvr_kv_events_name(kvr_kv_events k)
+{
+    switch (k) {
+    case KVR_KV_EVENTS_AUTO: return "auto";
+    case KVR_KV_EVENTS_ON: return "on";
+    case KVR_KV_EVENTS_OFF: return "off";
+    }
+    return NULL;
 }
 
 static void conf_from_settings(const kvr_worker_settings *s, kvr_worker_conf *c)
@@ -155,6 +168,8 @@ static void conf_from_settings(const kvr_worker_settings *s, kvr_worker_conf *c)
     c->engine = s->engine;
     c->has_image_token_id = s->has_image_token_id;
     c->image_token_id = s->has_image_token_id ? s->image_token_id : 0;
+    c->kv_events = s->kv_events;
+    c->prefill_tps = s->prefill_tps;
 }
 
 /* The settings whose change invalidates indexed state (SPEC §5 rule 9). */
@@ -237,11 +252,16 @@ kvr_reg_result kvr_indexer_register(kvr_indexer *ix, const kvr_worker_settings *
         w->resets++;
         res = KVR_REG_RESET;
     } else {
-        res = w->conf.accepts_norm != conf.accepts_norm ? KVR_REG_UPDATED : KVR_REG_UNCHANGED;
-        /* The accepts flag is read at request time only, so it changes in
-         * place; the raw value is kept so /workers shows what was sent. */
+        res = w->conf.accepts_norm != conf.accepts_norm || w->conf.kv_events != conf.kv_events ||
+                      w->conf.prefill_tps != conf.prefill_tps
+                  ? KVR_REG_UPDATED
+                  : KVR_REG_UNCHANGED;
+        /* These are read at request time only, so they change in place; the
+         * raw accepts value is kept so /workers shows what was sent. */
         w->conf.accepts_norm = conf.accepts_norm;
         w->conf.accepts_raw = conf.accepts_raw;
+        w->conf.kv_events = conf.kv_events;
+        w->conf.prefill_tps = conf.prefill_tps;
     }
     if (w)
         atomic_store(&g->block_size, conf.block_size);
@@ -349,6 +369,8 @@ static void caps_fill(kvr_worker *w, kvr_worker_caps *c)
     c->engine = w->conf.engine;
     c->lora_seed = w->lora_seed;
     memcpy(c->lora_name, w->conf.lora, sizeof(c->lora_name));
+    c->kv_events = w->conf.kv_events;
+    c->prefill_tps = w->conf.prefill_tps;
     /* the worker mutex only: rank mutexes are held for whole batches */
     pthread_mutex_lock(&w->mu);
     c->n_ranks = (uint32_t)w->n_ranks;

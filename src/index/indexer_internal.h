@@ -48,6 +48,8 @@ typedef struct {
     kvr_engine engine;
     bool has_image_token_id;
     uint32_t image_token_id;
+    kvr_kv_events kv_events;      /* routing hints: change in place */
+    double prefill_tps;
 } kvr_worker_conf;
 
 struct kvr_worker {

@@ -5,6 +5,7 @@
  * allocation first, so a failure leaves nothing half done, then changes the
  * indexer, the listener and the records, then tells the observers. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +89,12 @@ static kvr_registry_result check(const kvr_registration *reg, kvr_registry_reply
     if (s->has_image_token_id && s->image_token_id == KVR_WIDE_SENTINEL)
         return fail(out, KVR_REGISTRY_INVALID, "image_token_id",
                     "field 'image_token_id' must be below %u", KVR_WIDE_SENTINEL);
+    if ((unsigned)s->kv_events > KVR_KV_EVENTS_OFF)
+        return fail(out, KVR_REGISTRY_INVALID, "kv_events",
+                    "field 'kv_events' must be \"auto\", \"on\" or \"off\"");
+    if (!isfinite(s->prefill_tps) || s->prefill_tps < 0)
+        return fail(out, KVR_REGISTRY_INVALID, "prefill_tps",
+                    "field 'prefill_tps' must be a number of tokens/s above 0");
     if ((unsigned)reg->origin >= KVR_ORIGIN_COUNT)
         return fail(out, KVR_REGISTRY_INVALID, "origin", "origin %d is not a kvr_origin",
                     (int)reg->origin);

@@ -476,8 +476,10 @@ void kvr_router_observe_time(kvr_router *r, double t)
 size_t kvr_router_sweep(kvr_router *r)
 {
     pthread_mutex_lock(&r->mu);
-    size_t n = route_bookings_expire(&r->bk, route_now(r));
+    double now = route_now(r);
+    size_t n = route_bookings_expire(&r->bk, now);
     pthread_mutex_unlock(&r->mu);
+    route_approx_sweep(&r->approx, now);
     return n;
 }
 

@@ -140,6 +140,30 @@ void route_rate_sample(route_bookings *b, uintptr_t index, uint64_t worker_id, u
 double route_rate_measured(const route_rate *rt);
 void route_rates_free(route_bookings *b);
 
+/* ---- approximate index (approx.c); guarded by its own mutex -------------- */
+
+typedef struct route_approx route_approx;
+
+typedef struct {
+    pthread_mutex_t mu; /* taken after kvr_router.mu when both are held */
+    kvr_u64map stores;  /* route_wr_key -> route_approx* (chained) */
+    double ttl_s;
+    uint64_t max_blocks; /* per (worker, rank) */
+    uint64_t n_stores, n_blocks;
+} route_approxes;
+
+void route_approx_init(route_approxes *a, double ttl_s, uint64_t max_blocks);
+void route_approx_free(route_approxes *a);
+/* How many leading blocks of chain (chain hashes) were routed to the worker
+ * within the TTL. */
+uint32_t route_approx_held(route_approxes *a, uintptr_t index, uint64_t worker_id,
+                           uint32_t dp_rank, const uint64_t *chain, uint32_t n, double now);
+/* Records chain[0..n) as routed to the worker at now. */
+void route_approx_note(route_approxes *a, uintptr_t index, uint64_t worker_id, uint32_t dp_rank,
+                       const uint64_t *chain, uint32_t n, double now);
+void route_approx_sweep(route_approxes *a, double now);
+void route_approx_stats(route_approxes *a, uint64_t *stores, uint64_t *blocks);
+
 /* ---- per-request scratch (router.c pool) --------------------------------- */
 
 typedef struct {
@@ -210,6 +234,7 @@ struct kvr_router {
     kvr_booking_hook_fn hook; /* booking_share.c; called under mu */
     void *hook_user;
     uint64_t peer_applied, peer_rejected, peer_forwarded; /* under mu */
+    route_approxes approx;
     uint64_t rng;
     atomic_uint_fast64_t queries, routes, hash_passes;
     _Atomic double observed_time; /* clock_from_requests */

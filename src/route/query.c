@@ -49,8 +49,29 @@ static bool has_rank(const route_scratch *s, size_t w, uint32_t dp_rank)
     return false;
 }
 
+/* Whether (worker, rank)'s overlap comes from the approximate index: its
+ * engine publishes no events, or (auto) none has been applied on that rank.
+ * Ranks past the caps snapshot's first KVR_CAPS_RANKS have state. */
+static bool approximate(const kvr_worker_caps *c, uint32_t dp_rank)
+{
+    if (c->kv_events == KVR_KV_EVENTS_OFF)
+        return true;
+    if (c->kv_events == KVR_KV_EVENTS_ON || c->n_ranks > KVR_CAPS_RANKS)
+        return false;
+    for (uint32_t i = 0; i < c->n_ranks; i++)
+        if (c->ranks[i] == dp_rank)
+            return false;
+    return true;
+}
+
+typedef struct {
+    kvr_router *r;
+    uintptr_t index;
+    double now;
+} approx_ctx;
+
 static void add_entry(kvr_query_result *out, route_scratch *s, const kvr_worker_caps *c,
-                      uint32_t profile, uint32_t dp_rank, bool rank_seen)
+                      uint32_t profile, uint32_t dp_rank, bool rank_seen, const approx_ctx *ax)
 {
     const route_profile *pr = &s->profiles[profile];
     s->entry_profile[out->n_entries] = profile;
@@ -63,6 +84,14 @@ static void add_entry(kvr_query_result *out, route_scratch *s, const kvr_worker_
     e->seq_kind = pr->kind;
     e->forward_mm_hashes = pr->kind == KVR_SEQ_MM_PADDED;
     e->engine = c->engine;
+    e->prefill_tps = c->prefill_tps;
+    if (approximate(c, dp_rank)) {
+        e->approximate = true;
+        e->gpu_blocks = e->cpu_blocks = e->disk_blocks =
+            route_approx_held(&ax->r->approx, ax->index, c->worker_id, dp_rank, pr->hashes,
+                              (uint32_t)pr->n_blocks, ax->now);
+        return;
+    }
     const kvr_match_entry *m = find_match(pr, c->worker_id, dp_rank);
     if (m) {
         e->gpu_blocks = m->gpu_blocks;
@@ -73,13 +102,13 @@ static void add_entry(kvr_query_result *out, route_scratch *s, const kvr_worker_
 
 /* Candidates of one worker: its known ranks (rank 0 when it has none yet),
  * plus any rank that matched blocks but is newer than the rank cache. */
-static void add_worker(kvr_query_result *out, route_scratch *s, size_t w)
+static void add_worker(kvr_query_result *out, route_scratch *s, size_t w, const approx_ctx *ax)
 {
     const kvr_worker_caps *c = &s->caps[w];
     uint32_t prof = s->worker_profile[w];
     const route_profile *pr = &s->profiles[prof];
     for (uint32_t k = 0; k < s->spans[w].n; k++)
-        add_entry(out, s, c, prof, s->ranks[s->spans[w].off + k], true);
+        add_entry(out, s, c, prof, s->ranks[s->spans[w].off + k], true, ax);
     bool zero_listed = s->spans[w].n == 0;
     for (uint32_t i = route_profile_first_match(pr, c->worker_id); i != UINT32_MAX;
          i = pr->same_worker[i]) {
@@ -88,10 +117,10 @@ static void add_worker(kvr_query_result *out, route_scratch *s, size_t w)
             continue;
         if (m->dp_rank == 0)
             zero_listed = false;
-        add_entry(out, s, c, prof, m->dp_rank, true);
+        add_entry(out, s, c, prof, m->dp_rank, true, ax);
     }
     if (zero_listed)
-        add_entry(out, s, c, prof, 0, false);
+        add_entry(out, s, c, prof, 0, false, ax);
 }
 
 static kvr_route_status fail(kvr_query_result *out, kvr_route_status st, const char *msg)
@@ -156,8 +185,12 @@ kvr_route_status route_query(kvr_router *r, const kvr_query_request *req, kvr_qu
         route_scratch_release(r, s);
         return fail(out, KVR_ROUTE_NO_MEMORY, "out of memory");
     }
+    /* Chain hashes name whole prefixes: the approximate index and the
+     * bookings hold blocks by them. */
+    route_chain_profiles(s);
+    approx_ctx ax = {r, (uintptr_t)idx, route_now(r)};
     for (long w = 0; w < nw; w++)
-        add_worker(out, s, (size_t)w);
+        add_worker(out, s, (size_t)w, &ax);
     if (keep)
         *keep = s;
     else

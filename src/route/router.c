@@ -29,6 +29,9 @@ kvr_router *kvr_router_create(kvr_indexer *ix, const kvr_router_config *cfg)
     pthread_mutex_init(&r->mu, NULL);
     pthread_mutex_init(&r->ranks_mu, NULL);
     route_bookings_init(&r->bk, r->cfg.booking_ttl_s);
+    if (!(r->cfg.approx_ttl_s > 0))
+        r->cfg.approx_ttl_s = 120.0;
+    route_approx_init(&r->approx, r->cfg.approx_ttl_s, r->cfg.approx_max_blocks);
     r->rng = r->cfg.rng_seed;
     if (r->rng == 0) {
         struct timespec ts;
@@ -68,6 +71,7 @@ void kvr_router_destroy(kvr_router *r)
         scratch_destroy(s);
     }
     route_bookings_free(&r->bk);
+    route_approx_free(&r->approx);
     route_ranks_free(r);
     pthread_mutex_destroy(&r->ranks_mu);
     pthread_mutex_destroy(&r->pool_mu);
@@ -187,6 +191,7 @@ void kvr_router_stats_get(kvr_router *r, kvr_router_stats *out)
         for (const route_rate *rt = (const route_rate *)(uintptr_t)v; rt; rt = rt->hnext)
             out->rates_learned += route_rate_measured(rt) > 0;
     pthread_mutex_unlock(&r->mu);
+    route_approx_stats(&r->approx, &out->approx_workers, &out->approx_blocks);
 }
 
 double kvr_router_prefill_rate(kvr_router *r, const char *model, const char *group,

@@ -178,6 +178,8 @@ static void fill_rates(kvr_router *r, kvr_index *idx, const kvr_query_result *q,
         if (c[i].prefill_tps > 0) {
             sum += c[i].prefill_tps;
             measured++;
+        } else if (e->prefill_tps > 0) {
+            c[i].prefill_tps = e->prefill_tps;
         }
     }
     double fallback = measured ? sum / (double)measured : r->cfg.prefill_tps;
@@ -281,8 +283,9 @@ static kvr_route_status check_overrides(const kvr_route_request *req, kvr_route_
 /* Books the request on the chosen candidate c; caller holds r->mu. */
 static kvr_route_status book(kvr_router *r, kvr_index *idx, const cost_params *p,
                              const kvr_route_request *req, const route_scratch *s,
-                             const kvr_route_cost *costs, size_t pick, const uint64_t *unique,
-                             uint64_t isl, uint32_t bs, double now, kvr_route_decision *out)
+                             const kvr_query_result *q, const kvr_route_cost *costs, size_t pick,
+                             const uint64_t *unique, uint64_t isl, uint32_t bs, double now,
+                             kvr_route_decision *out)
 {
     const kvr_route_cost *c = &costs[pick];
     if (r->cfg.max_bookings && r->bk.n_active >= r->cfg.max_bookings) {
@@ -317,6 +320,10 @@ static kvr_route_status book(kvr_router *r, kvr_index *idx, const cost_params *p
                       prefill >= KVR_ROUTE_RATE_MIN_TOKENS;
     bk->decode_factor = decode_factor(p, l);
     bk->context = isl + req->osl / 2;
+    /* The worker will hold what it is sent: its approximate cache. */
+    if (q->entries[pick].approximate)
+        route_approx_note(&r->approx, (uintptr_t)idx, c->worker_id, c->dp_rank, pr->hashes,
+                          (uint32_t)pr->n_blocks, now);
     out->booked_prefill_tokens = prefill;
     out->booked_blocks = added;
     route_share_booked(r, &req->q, c, prefill, pr->hashes, (uint32_t)pr->n_blocks, unique[k],
@@ -357,7 +364,6 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
     uint32_t bs = q.block_size;
     uint64_t isl = req->q.n_tokens;
     cost_params p = params_of(r, req);
-    route_chain_profiles(s);
     for (size_t k = 0; k < s->n_profiles; k++)
         unique[k] = unique_blocks_of(&s->profiles[k], isl, req->osl, bs);
 
@@ -384,7 +390,7 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
     if (req->has_worker_id)
         reason = KVR_REASON_PINNED;
     if (req->request_id) {
-        st = book(r, idx, &p, req, s, c, pick, unique, isl, bs, now, out);
+        st = book(r, idx, &p, req, s, &q, c, pick, unique, isl, bs, now, out);
         if (st != KVR_ROUTE_OK) {
             pthread_mutex_unlock(&r->mu);
             free(c);

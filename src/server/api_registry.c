@@ -5,11 +5,46 @@
  * reads --config workers, so a config entry and a /register body are one
  * format. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "server/json_util.h"
 #include "server/server_internal.h"
+
+/* kv_events ("auto", "on", "off", or true = on / false = off) and
+ * prefill_tps (tokens/s > 0): what the router needs to score the worker
+ * (route.h), no index state. */
+static bool parse_routing_hints(json_t *body, kvr_worker_settings *s, kvr_json_err *e)
+{
+    json_t *ke = json_object_get(body, "kv_events");
+    if (json_is_boolean(ke)) {
+        s->kv_events = json_is_true(ke) ? KVR_KV_EVENTS_ON : KVR_KV_EVENTS_OFF;
+    } else if (ke && !json_is_null(ke)) {
+        const char *v = json_string_value(ke);
+        int k = -1;
+        for (int i = KVR_KV_EVENTS_AUTO; v && i <= KVR_KV_EVENTS_OFF; i++)
+            if (strcmp(v, kvr_kv_events_name((kvr_kv_events)i)) == 0)
+                k = i;
+        if (k < 0) {
+            snprintf(e->msg, sizeof e->msg,
+                     "field 'kv_events' must be \"auto\", \"on\", \"off\" or a boolean");
+            return false;
+        }
+        s->kv_events = (kvr_kv_events)k;
+    }
+    json_t *tps = json_object_get(body, "prefill_tps");
+    if (tps && !json_is_null(tps)) {
+        if (!json_is_number(tps) || !(json_number_value(tps) > 0) ||
+            !isfinite(json_number_value(tps))) {
+            snprintf(e->msg, sizeof e->msg,
+                     "field 'prefill_tps' must be a number of tokens/s above 0");
+            return false;
+        }
+        s->prefill_tps = json_number_value(tps);
+    }
+    return true;
+}
 
 bool kvr_api_parse_registration(json_t *body, const kvr_registration *defaults,
                                 kvr_registration *reg, kvr_json_err *e)
@@ -65,6 +100,8 @@ bool kvr_api_parse_registration(json_t *body, const kvr_registration *defaults,
         s->accepts_mm_hashes = accepts ? 1 : 0;
     else if (!defaults)
         s->accepts_mm_hashes = -1;
+    if (!parse_routing_hints(body, s, e))
+        return false;
     if (mm && mm[0]) {
         int m = kvr_mm_identity_from_name(mm);
         if (m < 0) {

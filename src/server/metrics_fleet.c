@@ -241,6 +241,9 @@ void kvr_metrics_router(kvr_metrics_ctx *m)
                     st.bookings_released);
     kvr_sbuf_printf(b, "kvr_router_bookings_ended_total{reason=\"expired\"} %" PRIu64 "\n",
                     st.bookings_expired);
+    counter(b, "kvr_router_bookings_rejected_total",
+            "/route calls refused with 429: max_bookings requests were booked",
+            st.bookings_rejected);
     gauge(b, "kvr_router_bookings_active", "Requests booked and not yet freed",
           st.bookings_active);
     gauge(b, "kvr_router_load_entries", "(worker, rank) load records held", st.load_entries);

@@ -13,11 +13,17 @@
 
 #define RT_MODEL "m"
 
+/* The workers of these tests publish KV events (or none at all, meaning an
+ * empty cache), so they are registered kv_events on; test_route_approx
+ * covers the other settings. */
+static kvr_kv_events rt_kv_events = KVR_KV_EVENTS_ON;
+
 static inline kvr_worker *rt_register(kvr_indexer *ix, uint64_t id, uint32_t bs,
                                       kvr_mm_identity mode, int accepts, bool eagle,
                                       const char *lora)
 {
     kvr_worker_settings s = {0};
+    s.kv_events = rt_kv_events;
     s.model_name = RT_MODEL;
     s.worker_id = id;
     s.block_size = bs;

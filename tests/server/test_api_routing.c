@@ -1,0 +1,166 @@
+/* Routing settings over HTTP: max_bookings answers 429 naming the limit
+ * (and /metrics counts it); a worker registered with kv_events false is
+ * routed by prefix from what kvrouter sent it; bad values of the new fields
+ * get a 400 naming the field. */
+#include "test_support.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvrouter/server.h"
+#include "net_helpers.h"
+
+static long long metric(const char *base, const char *line_prefix)
+{
+    char url[256];
+    snprintf(url, sizeof url, "%s/metrics", base);
+    char *text = NULL;
+    assert_int_equal(th_http("GET", url, NULL, 0, &text), 200);
+    long long v = -1;
+    size_t n = strlen(line_prefix);
+    for (char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+        if (strncmp(line, line_prefix, n) == 0 && line[n] == ' ')
+            v = strtoll(line + n + 1, NULL, 10);
+    free(text);
+    return v;
+}
+
+static kvr_server *start(char *base, size_t cap, uint64_t max_bookings)
+{
+    kvr_server_config cfg;
+    kvr_server_config_default(&cfg);
+    cfg.port = 0;
+    cfg.router.rng_seed = 3;
+    cfg.router.max_bookings = max_bookings;
+    kvr_server *srv = th_server_start(&cfg, base, cap);
+    assert_non_null(srv);
+    return srv;
+}
+
+static const char *const route_fmt =
+    "{\"model_name\": \"m\", \"request_id\": \"%s\", \"token_ids\": [%s]%s}";
+
+static long route(const char *base, const char *id, const char *tokens, const char *extra,
+                  json_t **reply)
+{
+    char body[1024];
+    snprintf(body, sizeof body, route_fmt, id, tokens, extra ? extra : "");
+    long st = 0;
+    json_t *r = th_json("POST", base, "/route", body, &st);
+    if (reply)
+        *reply = r;
+    else
+        json_decref(r);
+    return st;
+}
+
+static void test_max_bookings_is_429_naming_the_limit(void **state)
+{
+    (void)state;
+    char base[64];
+    kvr_server *srv = start(base, sizeof base, 2);
+    assert_int_equal(th_register(base,
+                                 "{\"instance_id\": 1, \"endpoint\": \"tcp://127.0.0.1:1\", "
+                                 "\"model_name\": \"m\", \"block_size\": 4}",
+                                 NULL),
+                     201);
+    assert_int_equal(route(base, "a", "1,2,3,4,5", NULL, NULL), 200);
+    assert_int_equal(route(base, "b", "1,2,3,4,5", NULL, NULL), 200);
+    json_t *r = NULL;
+    assert_int_equal(route(base, "c", "1,2,3,4,5", NULL, &r), 429);
+    const char *err = json_string_value(json_object_get(r, "error"));
+    assert_non_null(err);
+    assert_non_null(strstr(err, "max_bookings"));
+    json_decref(r);
+    assert_int_equal(metric(base, "kvr_router_bookings_rejected_total"), 1);
+    assert_int_equal(metric(base, "kvr_router_bookings_active"), 2);
+    long st = 0;
+    json_decref(th_json("POST", base, "/free", "{\"request_id\": \"a\"}", &st));
+    assert_int_equal(st, 200);
+    assert_int_equal(route(base, "c", "1,2,3,4,5", NULL, NULL), 200);
+    kvr_server_stop(srv);
+}
+
+/* Worker 2 publishes nothing (kv_events false). A request pinned to it
+ * makes what it sent its cache, so a follow-up sharing the first two blocks
+ * goes there with 8 tokens of overlap, although worker 1 is as idle. */
+static void test_worker_without_events_routes_by_prefix(void **state)
+{
+    (void)state;
+    char base[64];
+    kvr_server *srv = start(base, sizeof base, 0);
+    assert_int_equal(th_register(base,
+                                 "{\"instance_id\": 1, \"endpoint\": \"tcp://127.0.0.1:1\", "
+                                 "\"model_name\": \"m\", \"block_size\": 4, \"kv_events\": true}",
+                                 NULL),
+                     201);
+    assert_int_equal(th_register(base,
+                                 "{\"instance_id\": 2, \"endpoint\": \"tcp://127.0.0.1:2\", "
+                                 "\"model_name\": \"m\", \"block_size\": 4, \"kv_events\": false, "
+                                 "\"prefill_tps\": 20000}",
+                                 NULL),
+                     201);
+    assert_int_equal(route(base, "first", "1,2,3,4,5,6,7,8,9,10,11,12", ", \"worker_id\": 2",
+                           NULL),
+                     200);
+    long st = 0;
+    json_decref(th_json("POST", base, "/prefill_done",
+                        "{\"request_id\": \"first\", \"ttft_ms\": 12.5}", &st));
+    assert_int_equal(st, 200);
+    json_decref(th_json("POST", base, "/free", "{\"request_id\": \"first\"}", &st));
+    assert_int_equal(st, 200);
+    json_t *r = NULL;
+    assert_int_equal(route(base, "next", "1,2,3,4,5,6,7,8,90,91,92,93", NULL, &r), 200);
+    assert_int_equal(json_integer_value(json_object_get(r, "worker_id")), 2);
+    assert_int_equal(json_integer_value(json_object_get(r, "overlap_tokens")), 8);
+    json_decref(r);
+    kvr_server_stop(srv);
+}
+
+static void test_bad_values_name_the_field(void **state)
+{
+    (void)state;
+    char base[64];
+    kvr_server *srv = start(base, sizeof base, 0);
+    json_t *r = NULL;
+    assert_int_equal(th_register(base,
+                                 "{\"instance_id\": 1, \"endpoint\": \"tcp://127.0.0.1:1\", "
+                                 "\"model_name\": \"m\", \"block_size\": 4, \"kv_events\": \"x\"}",
+                                 &r),
+                     400);
+    assert_non_null(strstr(json_string_value(json_object_get(r, "error")), "kv_events"));
+    json_decref(r);
+    assert_int_equal(th_register(base,
+                                 "{\"instance_id\": 1, \"endpoint\": \"tcp://127.0.0.1:1\", "
+                                 "\"model_name\": \"m\", \"block_size\": 4, \"prefill_tps\": 0}",
+                                 &r),
+                     400);
+    assert_non_null(strstr(json_string_value(json_object_get(r, "error")), "prefill_tps"));
+    json_decref(r);
+    assert_int_equal(th_register(base,
+                                 "{\"instance_id\": 1, \"endpoint\": \"tcp://127.0.0.1:1\", "
+                                 "\"model_name\": \"m\", \"block_size\": 4}",
+                                 NULL),
+                     201);
+    assert_int_equal(route(base, "a", "1,2,3,4,5", NULL, NULL), 200);
+    long st = 0;
+    r = th_json("POST", base, "/prefill_done", "{\"request_id\": \"a\", \"ttft_ms\": -1}", &st);
+    assert_int_equal(st, 400);
+    assert_non_null(strstr(json_string_value(json_object_get(r, "error")), "ttft_ms"));
+    json_decref(r);
+    assert_int_equal(route(base, "b", "1,2,3,4,5", ", \"time_s\": \"soon\"", &r), 400);
+    assert_non_null(strstr(json_string_value(json_object_get(r, "error")), "time_s"));
+    json_decref(r);
+    kvr_server_stop(srv);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_max_bookings_is_429_naming_the_limit),
+        cmocka_unit_test(test_worker_without_events_routes_by_prefix),
+        cmocka_unit_test(test_bad_values_name_the_field),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
