@@ -2,8 +2,11 @@
 # Issue 15's routing-quality matrix: kvrouter against the baselines on a set
 # of fleet shapes and simulator seeds, with the router's default settings
 # unless arguments say otherwise, judged by `kvrouter sim --judge`
-# (src/sim/judge.h has the targets). Prints one markdown row per (shape,
-# seed) and a summary; exit status 0 when every row passes, 1 otherwise.
+# (src/sim/judge.h has the targets). Seed s also replays its own slice of
+# the trace (requests (s-1) x limit onwards), so seeds differ in workload,
+# not only in image placement and tie-breaks. Prints one markdown row per
+# (shape, seed) and a summary; exit status 0 when every row passes, 1
+# otherwise.
 #
 #   scripts/matrix.sh                          # defaults, every shape, seeds 1 2 3
 #   scripts/matrix.sh --router-opt cost_model=dynamo    # extra sim arguments, every run
@@ -57,7 +60,8 @@ for entry in "${shapes[@]}"; do
     fi
     for seed in $seeds; do
         # shellcheck disable=SC2086
-        line="$("$bin" sim --trace "$trace" --limit "$limit" --seed "$seed" --quiet --judge \
+        skip=$(( (seed - 1) * limit ))
+        line="$("$bin" sim --trace "$trace" --skip "$skip" --limit "$limit" --seed "$seed" --quiet --judge \
             --policies kvrouter,round_robin,random,least_loaded,approx_tree $args "$@" \
             2>/dev/null | grep '^judge:' || true)"
         rows=$((rows + 1))

@@ -82,6 +82,11 @@ typedef struct {
      * worker holds, which evicts cache other conversations come back to.
      * The cost counts uncached tokens (1 + recompute_weight) times. */
     double recompute_weight;     /* default 2 */
+    /* Candidates whose predicted TTFT is within this fraction of the lowest
+     * are equally good to the model; the one with the least prefill booked
+     * there lately (decaying over KVR_ROUTE_WORK_TAU_S, 300 s) takes the
+     * request (reason "balanced"). 0 = argmin, random tie-break. */
+    double tie_tolerance;        /* default 0.05 */
     double max_decode_slowdown;  /* default 2 */
     /* Learn each (worker, rank)'s prefill rate from /prefill_done (the
      * caller's ttft_ms, or the time since /route) for requests routed to a
@@ -90,6 +95,13 @@ typedef struct {
     /* Active bookings at once; a /route that would book more gets
      * KVR_ROUTE_LIMIT (HTTP 429) naming the limit. 0 = unlimited. */
     uint64_t max_bookings;       /* default 262144 */
+    /* A booking whose worker's decode speed has been measured (time from
+     * /prefill_done to /free per output token) ages out this many times
+     * its predicted decode after its /prefill_done (at least 30 s), when
+     * that is before booking_ttl_s: a lost /free stops counting once the
+     * request is surely finished. 0 = only booking_ttl_s. Bookings without
+     * an osl keep the TTL. */
+    double decode_expiry_factor; /* default 4 */
     /* The router's clock in seconds (bookings' TTL, rate timing, queue
      * drain, rank cache); NULL -> CLOCK_MONOTONIC. For embedding programs
      * with their own clock, and tests. */
@@ -231,7 +243,8 @@ typedef enum {
     KVR_REASON_BEST_COST = 0,
     KVR_REASON_TIE_RANDOM,
     KVR_REASON_SAMPLED,
-    KVR_REASON_PINNED
+    KVR_REASON_PINNED,
+    KVR_REASON_BALANCED /* ttft: several within tie_tolerance; the least recent work won */
 } kvr_route_reason;
 
 const char *kvr_route_reason_name(kvr_route_reason r);
@@ -267,6 +280,7 @@ typedef struct {
     double credit;                  /* dynamo: credit; ttft: tokens the caches save */
     double prefill_tps;             /* ttft: the rate used (0 with dynamo) */
     double queued_tokens;           /* ttft: prefill still ahead of it, estimated now */
+    double recent_work;             /* ttft: prefill tokens booked there lately (decayed) */
     double decode_factor;           /* ttft: the decode slowdown used (0 with dynamo) */
     double cost;                    /* ttft: predicted seconds to first token */
     double probability;             /* softmax weight when sampled, else 1 for the pick */
@@ -390,6 +404,7 @@ typedef struct {
     uint64_t booked_block_refs; /* block references held by active bookings */
     uint64_t held_bytes;        /* memory of both (0 when nothing is booked) */
     uint64_t bookings_rejected; /* /route refused: max_bookings reached */
+    uint64_t bookings_aged_out; /* expired at their predicted decode end (decode_expiry_factor) */
     uint64_t max_bookings;      /* the limit (0 = unlimited) */
     uint64_t rate_samples;      /* /prefill_done timings taken as prefill-rate samples */
     uint64_t rates_learned;     /* (worker, rank) with a measured prefill rate in use */

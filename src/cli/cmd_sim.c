@@ -22,6 +22,7 @@ static void usage(void)
         "engines, and compares prefix-hit rate, load balance and a TTFT proxy.\n\n"
         "  --trace FILE         Mooncake jsonl (timestamp, input_length, output_length, hash_ids)\n"
         "  --limit N            first N requests (default all)\n"
+        "  --skip N             start after the first N requests of the trace (default 0)\n"
         "  --engines N          engines (default 8)\n"
         "  --dp N               data-parallel ranks per engine (default 1)\n"
         "  --policies LIST      comma list of kvrouter,round_robin,random,least_loaded,\n"
@@ -113,7 +114,7 @@ int kvr_cmd_sim(int argc, char **argv)
     kvr_sim_config_defaults(&cfg);
     cfg.log = stderr;
     const char *trace_path = NULL, *svg = NULL;
-    uint64_t limit = 0;
+    uint64_t limit = 0, skip = 0;
     double mm_share = 0;
     bool json = false, judge = false;
     char route_extra[512] = "";
@@ -220,6 +221,10 @@ int kvr_cmd_sim(int argc, char **argv)
             NEED_VALUE;
             if (!int_arg(a, v, 0, 1000000000, &limit))
                 return 2;
+        } else if (!strcmp(a, "--skip")) {
+            NEED_VALUE;
+            if (!int_arg(a, v, 0, 1000000000, &skip))
+                return 2;
         } else if (!strcmp(a, "--engines")) {
             NEED_VALUE;
             if (!int_arg(a, v, 1, 4096, &n))
@@ -290,7 +295,8 @@ int kvr_cmd_sim(int argc, char **argv)
 
     kvr_trace trace;
     char err[512];
-    if (kvr_trace_load(trace_path, (size_t)limit, &trace, err, sizeof err) != 0) {
+    if (kvr_trace_load_slice(trace_path, (size_t)skip, (size_t)limit, &trace, err, sizeof err) !=
+        0) {
         fprintf(stderr, "kvrouter sim: %s\n", err);
         return 1;
     }

@@ -93,6 +93,12 @@ static int parse_request(json_t *obj, kvr_trace_request *r, const char **what)
 
 int kvr_trace_load(const char *path, size_t limit, kvr_trace *out, char *err, size_t errlen)
 {
+    return kvr_trace_load_slice(path, 0, limit, out, err, errlen);
+}
+
+int kvr_trace_load_slice(const char *path, size_t skip, size_t limit, kvr_trace *out, char *err,
+                         size_t errlen)
+{
     out->reqs = NULL;
     out->n = 0;
     FILE *f = fopen(path, "r");
@@ -114,6 +120,10 @@ int kvr_trace_load(const char *path, size_t limit, kvr_trace *out, char *err, si
             i++;
         if (i == (size_t)len)
             continue;
+        if (skip) {
+            skip--;
+            continue;
+        }
         json_error_t jerr;
         json_t *obj = json_loadb(line, (size_t)len, 0, &jerr);
         if (!obj) {

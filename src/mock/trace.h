@@ -23,6 +23,9 @@ typedef struct {
 /* One JSON object per line (blank lines skipped). limit 0 = all. Returns 0,
  * or -1 with a message naming the line in err (out is then left empty). */
 int kvr_trace_load(const char *path, size_t limit, kvr_trace *out, char *err, size_t errlen);
+/* The same after skipping the first `skip` requests (not parsed). */
+int kvr_trace_load_slice(const char *path, size_t skip, size_t limit, kvr_trace *out, char *err,
+                         size_t errlen);
 void kvr_trace_free(kvr_trace *t);
 
 /* Deterministic text tokens (< 1 000 000): each hash id expands to 512 tokens

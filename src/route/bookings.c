@@ -270,6 +270,19 @@ static void expiry_insert(route_bookings *b, route_booking *bk)
         b->head = bk;
 }
 
+static void expiry_unlink(route_bookings *b, route_booking *bk)
+{
+    if (bk->prev)
+        bk->prev->next = bk->next;
+    else
+        b->head = bk->next;
+    if (bk->next)
+        bk->next->prev = bk->prev;
+    else
+        b->tail = bk->prev;
+    bk->prev = bk->next = NULL;
+}
+
 int route_book(route_bookings *b, const char *id, route_load *load, uint64_t prefill_tokens,
                const uint64_t *chain, uint32_t n_chain, uint64_t unique_blocks, double now,
                uint64_t *added, route_booking **out)
@@ -366,14 +379,7 @@ static void booking_remove(route_bookings *b, route_booking *bk, double now)
         if (p)
             p->hnext = bk->hnext;
     }
-    if (bk->prev)
-        bk->prev->next = bk->next;
-    else
-        b->head = bk->next;
-    if (bk->next)
-        bk->next->prev = bk->prev;
-    else
-        b->tail = bk->prev;
+    expiry_unlink(b, bk);
     b->n_active--;
     if (bk->owner)
         b->n_peer--;
@@ -387,11 +393,37 @@ size_t route_bookings_expire(route_bookings *b, double now)
 {
     size_t n = 0;
     while (b->head && b->head->expires_at <= now) {
+        if (b->head->aged_out)
+            b->aged_out++;
         booking_remove(b, b->head, now);
         n++;
     }
     b->expired += n;
     return n;
+}
+
+/* A booking of this router whose decode time the worker's measured decode
+ * speed predicts ages out decode_expiry_factor times that after its
+ * prefill (at least KVR_ROUTE_DECODE_EXPIRY_MIN_S), not booking_ttl_s after
+ * /route: a lost /free then stops counting once the request is surely
+ * finished. Peers' bookings keep the TTL every replica applies. */
+static void age_out_after_decode(route_bookings *b, route_booking *bk, double now)
+{
+    if (bk->owner || !bk->osl || !(b->decode_expiry_factor > 0))
+        return;
+    const route_load *l = bk->load;
+    double spt = route_rate_decode_spt(route_rate_find(b, l->index, l->worker_id, l->dp_rank));
+    if (!(spt > 0))
+        return;
+    double wait = b->decode_expiry_factor * spt * bk->osl;
+    if (wait < KVR_ROUTE_DECODE_EXPIRY_MIN_S)
+        wait = KVR_ROUTE_DECODE_EXPIRY_MIN_S;
+    if (now + wait >= bk->expires_at)
+        return;
+    expiry_unlink(b, bk);
+    bk->expires_at = now + wait;
+    bk->aged_out = true;
+    expiry_insert(b, bk);
 }
 
 kvr_route_status route_booking_prefill_done(route_bookings *b, uint64_t owner, const char *id,
@@ -413,6 +445,8 @@ kvr_route_status route_booking_prefill_done(route_bookings *b, uint64_t owner, c
             route_rate_sample(b, l->index, l->worker_id, l->dp_rank,
                               (double)bk->prefill_tokens * bk->decode_factor, t, now);
         }
+        bk->prefill_done_at = now;
+        age_out_after_decode(b, bk, now);
     }
     return KVR_ROUTE_OK;
 }
@@ -423,6 +457,13 @@ kvr_route_status route_booking_release(route_bookings *b, uint64_t owner, const 
     route_booking *bk = booking_find(b, owner, id, id_hash(id));
     if (!bk)
         return KVR_ROUTE_UNKNOWN_ID;
+    /* A decode timed from /prefill_done to /free is a sample of the
+     * worker's decode speed. */
+    if (!bk->owner && bk->decode && bk->osl && now > bk->prefill_done_at) {
+        const route_load *l = bk->load;
+        route_rate_decode_sample(b, l->index, l->worker_id, l->dp_rank, bk->osl,
+                                 now - bk->prefill_done_at, now);
+    }
     booking_remove(b, bk, now);
     b->released++;
     return KVR_ROUTE_OK;

@@ -46,6 +46,12 @@ typedef struct route_rate {
     uint32_t dp_rank;
     uint32_t samples;
     double tokens, seconds;
+    /* Decode speed: output tokens and the time from /prefill_done to /free. */
+    uint32_t decode_samples;
+    double decode_tokens, decode_seconds;
+    /* Prefill tokens booked here, decaying with KVR_ROUTE_WORK_TAU_S: the
+     * ttft model's tie-break among near-equal costs (select.c). */
+    double work, work_at;
     double updated_at;
     struct route_rate *hnext;
 } route_rate;
@@ -55,8 +61,15 @@ typedef struct route_rate {
 /* Requests shorter than this are not rate samples: fixed per-request
  * latency would dominate their timing. */
 #define KVR_ROUTE_RATE_MIN_TOKENS 256u
+#define KVR_ROUTE_WORK_TAU_S 300.0
+/* Measured rates within this fraction of the candidates' mean count as the
+ * mean (select.c fill_rates). */
+#define KVR_ROUTE_RATE_SAME 0.2
 /* Weight an old sample keeps when a new one arrives. */
 #define KVR_ROUTE_RATE_DECAY 0.9
+/* A booking aged out by its predicted decode end lives at least this long
+ * after its prefill. */
+#define KVR_ROUTE_DECODE_EXPIRY_MIN_S 30.0
 
 typedef struct route_booking {
     char *id;
@@ -75,6 +88,9 @@ typedef struct route_booking {
     /* Rate sampling: set at /route when the worker had no prefill queued
      * (its TTFT is then this request's own prefill). */
     bool sample_rate;
+    bool aged_out;        /* its expiry is the predicted end of its decode */
+    uint32_t osl;         /* expected output tokens (0 unknown) */
+    double prefill_done_at;
     uint64_t context;     /* isl + osl / 2: the mean context its decode reads */
     double routed_at;
     double decode_factor; /* prefill slowdown predicted at /route */
@@ -90,6 +106,8 @@ typedef struct {
     uint64_t n_refs;  /* chain entries over all bookings */
     uint64_t n_peer;  /* active bookings of other replicas (owner != 0) */
     uint64_t rejected; /* /route refused at max_bookings */
+    uint64_t aged_out; /* expired at their predicted decode end */
+    double decode_expiry_factor;
     kvr_u64map rates;  /* route_wr_key -> route_rate* (chained) */
     uint64_t n_rates, rate_samples;
 } route_bookings;
@@ -138,6 +156,16 @@ void route_rate_sample(route_bookings *b, uintptr_t index, uint64_t worker_id, u
                        double tokens, double seconds, double now);
 /* The measured rate in tokens/s, 0 until KVR_ROUTE_RATE_MIN_SAMPLES. */
 double route_rate_measured(const route_rate *rt);
+/* Adds a decode of `tokens` output tokens that took `seconds`. */
+void route_rate_decode_sample(route_bookings *b, uintptr_t index, uint64_t worker_id,
+                              uint32_t dp_rank, double tokens, double seconds, double now);
+/* Measured decode seconds per output token, 0 until MIN_SAMPLES decodes. */
+double route_rate_decode_spt(const route_rate *rt);
+/* Adds `tokens` of prefill booked at now to the worker's recent work. */
+void route_rate_add_work(route_bookings *b, uintptr_t index, uint64_t worker_id,
+                         uint32_t dp_rank, double tokens, double now);
+/* The worker's recent work at now (decayed). */
+double route_rate_recent_work(const route_rate *rt, double now);
 void route_rates_free(route_bookings *b);
 
 /* ---- approximate index (approx.c); guarded by its own mutex -------------- */

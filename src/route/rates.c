@@ -2,8 +2,11 @@
  * (include/kvrouter/route.h, learn_prefill_rate). A sample is one request
  * that found its worker with no prefill queued: the time to its first token
  * is then its own prefill, slowed by the decodes the worker was running.
+ * Decode speed likewise, from /prefill_done to /free per output token: it
+ * predicts when a booking whose /free was lost is finished.
  * Bounded at KVR_ROUTE_MAX_RATES entries (worker churn brings new ids);
  * caller holds kvr_router.mu throughout. */
+#include <math.h>
 #include <stdlib.h>
 
 #include "route/internal.h"
@@ -57,15 +60,15 @@ static void evict_stalest(route_bookings *b)
         rate_unlink(b, oldest);
 }
 
-void route_rate_sample(route_bookings *b, uintptr_t index, uint64_t worker_id, uint32_t dp_rank,
-                       double tokens, double seconds, double now)
+static route_rate *rate_get(route_bookings *b, uintptr_t index, uint64_t worker_id,
+                            uint32_t dp_rank)
 {
     route_rate *rt = route_rate_find(b, index, worker_id, dp_rank);
     if (!rt) {
         if (b->n_rates >= KVR_ROUTE_MAX_RATES)
             evict_stalest(b);
         if (!(rt = calloc(1, sizeof *rt)))
-            return; /* a lost sample, nothing else */
+            return NULL;
         rt->index = index;
         rt->worker_id = worker_id;
         rt->dp_rank = dp_rank;
@@ -74,15 +77,62 @@ void route_rate_sample(route_bookings *b, uintptr_t index, uint64_t worker_id, u
         rt->hnext = (route_rate *)(uintptr_t)head;
         if (kvr_u64map_put(&b->rates, key, (uint64_t)(uintptr_t)rt) < 0) {
             free(rt);
-            return;
+            return NULL;
         }
         b->n_rates++;
     }
+    return rt;
+}
+
+void route_rate_sample(route_bookings *b, uintptr_t index, uint64_t worker_id, uint32_t dp_rank,
+                       double tokens, double seconds, double now)
+{
+    route_rate *rt = rate_get(b, index, worker_id, dp_rank);
+    if (!rt)
+        return; /* a lost sample, nothing else */
     rt->tokens = rt->tokens * KVR_ROUTE_RATE_DECAY + tokens;
     rt->seconds = rt->seconds * KVR_ROUTE_RATE_DECAY + seconds;
     rt->samples++;
     rt->updated_at = now;
     b->rate_samples++;
+}
+
+void route_rate_decode_sample(route_bookings *b, uintptr_t index, uint64_t worker_id,
+                              uint32_t dp_rank, double tokens, double seconds, double now)
+{
+    route_rate *rt = rate_get(b, index, worker_id, dp_rank);
+    if (!rt)
+        return;
+    rt->decode_tokens = rt->decode_tokens * KVR_ROUTE_RATE_DECAY + tokens;
+    rt->decode_seconds = rt->decode_seconds * KVR_ROUTE_RATE_DECAY + seconds;
+    rt->decode_samples++;
+    rt->updated_at = now;
+}
+
+double route_rate_decode_spt(const route_rate *rt)
+{
+    if (!rt || rt->decode_samples < KVR_ROUTE_RATE_MIN_SAMPLES || !(rt->decode_tokens > 0))
+        return 0;
+    return rt->decode_seconds / rt->decode_tokens;
+}
+
+double route_rate_recent_work(const route_rate *rt, double now)
+{
+    if (!rt || !(rt->work > 0))
+        return 0;
+    double age = now > rt->work_at ? now - rt->work_at : 0;
+    return rt->work * exp(-age / KVR_ROUTE_WORK_TAU_S);
+}
+
+void route_rate_add_work(route_bookings *b, uintptr_t index, uint64_t worker_id,
+                         uint32_t dp_rank, double tokens, double now)
+{
+    route_rate *rt = rate_get(b, index, worker_id, dp_rank);
+    if (!rt)
+        return;
+    rt->work = route_rate_recent_work(rt, now) + tokens;
+    rt->work_at = now;
+    rt->updated_at = now;
 }
 
 double route_rate_measured(const route_rate *rt)

@@ -29,6 +29,7 @@ kvr_router *kvr_router_create(kvr_indexer *ix, const kvr_router_config *cfg)
     pthread_mutex_init(&r->mu, NULL);
     pthread_mutex_init(&r->ranks_mu, NULL);
     route_bookings_init(&r->bk, r->cfg.booking_ttl_s);
+    r->bk.decode_expiry_factor = r->cfg.decode_expiry_factor;
     if (!(r->cfg.approx_ttl_s > 0))
         r->cfg.approx_ttl_s = 120.0;
     route_approx_init(&r->approx, r->cfg.approx_ttl_s, r->cfg.approx_max_blocks);
@@ -143,6 +144,7 @@ const char *kvr_route_reason_name(kvr_route_reason r)
     case KVR_REASON_TIE_RANDOM: return "tie_random";
     case KVR_REASON_SAMPLED: return "sampled";
     case KVR_REASON_PINNED: return "pinned";
+    case KVR_REASON_BALANCED: return "balanced";
     }
     return "unknown";
 }
@@ -184,6 +186,7 @@ void kvr_router_stats_get(kvr_router *r, kvr_router_stats *out)
         }
     out->held_bytes += r->bk.n_refs * sizeof(uint64_t);
     out->bookings_rejected = r->bk.rejected;
+    out->bookings_aged_out = r->bk.aged_out;
     out->max_bookings = r->cfg.max_bookings;
     out->rate_samples = r->bk.rate_samples;
     it = 0;

@@ -165,16 +165,21 @@ static void fill_cost(kvr_router *r, kvr_index *idx, const cost_params *p,
 }
 
 /* Each candidate's prefill rate for the ttft model (route.h): measured,
- * else the mean measured rate of the candidates, else the configured one. */
+ * else registered, else the mean measured rate of the candidates, else the
+ * configured one. A measured rate within KVR_ROUTE_RATE_SAME of the mean
+ * is taken as the mean: workers of one kind measure a little apart by
+ * chance, and a worker measured 3 % faster would otherwise win every cold
+ * request of an idle fleet; engines of different kinds differ by far more. */
 static void fill_rates(kvr_router *r, kvr_index *idx, const kvr_query_result *q,
-                       kvr_route_cost *c, size_t n)
+                       kvr_route_cost *c, size_t n, double now)
 {
     double sum = 0;
     size_t measured = 0;
     for (size_t i = 0; i < n; i++) {
         const kvr_query_entry *e = &q->entries[i];
-        c[i].prefill_tps = route_rate_measured(
-            route_rate_find(&r->bk, (uintptr_t)idx, e->worker_id, e->dp_rank));
+        const route_rate *rt = route_rate_find(&r->bk, (uintptr_t)idx, e->worker_id, e->dp_rank);
+        c[i].prefill_tps = route_rate_measured(rt);
+        c[i].recent_work = route_rate_recent_work(rt, now);
         if (c[i].prefill_tps > 0) {
             sum += c[i].prefill_tps;
             measured++;
@@ -182,9 +187,11 @@ static void fill_rates(kvr_router *r, kvr_index *idx, const kvr_query_result *q,
             c[i].prefill_tps = e->prefill_tps;
         }
     }
-    double fallback = measured ? sum / (double)measured : r->cfg.prefill_tps;
+    double mean = measured ? sum / (double)measured : 0;
+    double fallback = measured ? mean : r->cfg.prefill_tps;
     for (size_t i = 0; i < n; i++)
-        if (!(c[i].prefill_tps > 0))
+        if (!(c[i].prefill_tps > 0) ||
+            (mean > 0 && fabs(c[i].prefill_tps / mean - 1) < KVR_ROUTE_RATE_SAME))
             c[i].prefill_tps = fallback;
 }
 
@@ -239,6 +246,42 @@ static size_t pick_argmin(kvr_router *r, kvr_route_cost *c, size_t n, size_t *ti
                 return i;
     }
     return best;
+}
+
+/* ttft: the candidates within tie_tolerance of the lowest predicted TTFT are
+ * as good as the model can tell (its rates and slowdowns are estimates);
+ * among them the one with the least recent work takes the request, which
+ * spreads cold conversations over every worker's cache instead of the few
+ * that happen to hold the shared system prompt, and keeps the prefill work
+ * per worker even. Equal work (e.g. none yet): uniformly at random. */
+static size_t pick_balanced(kvr_router *r, kvr_route_cost *c, size_t n, double tol,
+                            kvr_route_reason *reason)
+{
+    size_t best = 0;
+    for (size_t i = 1; i < n; i++)
+        if (c[i].cost < c[best].cost)
+            best = i;
+    double limit = c[best].cost * (1 + tol) + 1e-12;
+    size_t near = 0, least = best;
+    for (size_t i = 0; i < n; i++)
+        if (c[i].cost <= limit) {
+            near++;
+            if (c[i].recent_work < c[least].recent_work)
+                least = i;
+        }
+    *reason = near > 1 ? KVR_REASON_BALANCED : KVR_REASON_BEST_COST;
+    size_t same = 0;
+    for (size_t i = 0; i < n; i++)
+        if (c[i].cost <= limit && c[i].recent_work <= c[least].recent_work + 0.5)
+            same++;
+    if (same > 1) {
+        size_t k = (size_t)(route_rng_next(r) % same);
+        for (size_t i = 0; i < n; i++)
+            if (c[i].cost <= limit && c[i].recent_work <= c[least].recent_work + 0.5 &&
+                k-- == 0)
+                return i;
+    }
+    return least;
 }
 
 static cost_params params_of(const kvr_router *r, const kvr_route_request *req)
@@ -320,10 +363,12 @@ static kvr_route_status book(kvr_router *r, kvr_index *idx, const cost_params *p
                       prefill >= KVR_ROUTE_RATE_MIN_TOKENS;
     bk->decode_factor = decode_factor(p, l);
     bk->context = isl + req->osl / 2;
+    bk->osl = req->osl;
     /* The worker will hold what it is sent: its approximate cache. */
     if (q->entries[pick].approximate)
         route_approx_note(&r->approx, (uintptr_t)idx, c->worker_id, c->dp_rank, pr->hashes,
                           (uint32_t)pr->n_blocks, now);
+    route_rate_add_work(&r->bk, (uintptr_t)idx, c->worker_id, c->dp_rank, (double)prefill, now);
     out->booked_prefill_tokens = prefill;
     out->booked_blocks = added;
     route_share_booked(r, &req->q, c, prefill, pr->hashes, (uint32_t)pr->n_blocks, unique[k],
@@ -371,7 +416,7 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
     double now = route_now(r);
     route_bookings_expire(&r->bk, now);
     if (p.model == KVR_COST_TTFT)
-        fill_rates(r, idx, &q, c, n);
+        fill_rates(r, idx, &q, c, n, now);
     for (size_t i = 0; i < n; i++) {
         uint32_t k = s->entry_profile[i];
         fill_cost(r, idx, &p, &q.entries[i], &s->profiles[k], unique[k], isl, bs, now, &c[i]);
@@ -382,8 +427,12 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
         pick = sample_softmax(r, c, n, p.temperature);
         reason = KVR_REASON_SAMPLED;
     } else {
-        pick = pick_argmin(r, c, n, &ties);
-        reason = ties > 1 ? KVR_REASON_TIE_RANDOM : KVR_REASON_BEST_COST;
+        if (p.model == KVR_COST_TTFT) {
+            pick = pick_balanced(r, c, n, r->cfg.tie_tolerance, &reason);
+        } else {
+            pick = pick_argmin(r, c, n, &ties);
+            reason = ties > 1 ? KVR_REASON_TIE_RANDOM : KVR_REASON_BEST_COST;
+        }
         for (size_t i = 0; i < n; i++)
             c[i].probability = i == pick ? 1.0 : 0.0;
     }

@@ -68,6 +68,25 @@ static void test_load_real_trace_with_limit(void **state)
     kvr_trace_free(&t);
 }
 
+/* A slice is the same requests as the whole file's, from the skip on. */
+static void test_slice_skips_requests(void **state)
+{
+    (void)state;
+    kvr_trace all, part;
+    char err[256];
+    const char *path = kvr_test_path("data/conversation_trace.jsonl");
+    assert_int_equal(kvr_trace_load(path, 10, &all, err, sizeof err), 0);
+    assert_int_equal(kvr_trace_load_slice(path, 4, 3, &part, err, sizeof err), 0);
+    assert_int_equal(part.n, 3);
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(part.reqs[i].input_length, all.reqs[4 + i].input_length);
+        assert_true(part.reqs[i].timestamp_ms == all.reqs[4 + i].timestamp_ms);
+        assert_int_equal(part.reqs[i].n_hash_ids, all.reqs[4 + i].n_hash_ids);
+    }
+    kvr_trace_free(&part);
+    kvr_trace_free(&all);
+}
+
 static void test_tokens_shared_prefix_and_truncation(void **state)
 {
     (void)state;
@@ -105,6 +124,7 @@ int main(void)
         cmocka_unit_test(test_load_fields),
         cmocka_unit_test(test_load_errors_name_line),
         cmocka_unit_test(test_load_real_trace_with_limit),
+        cmocka_unit_test(test_slice_skips_requests),
         cmocka_unit_test(test_tokens_shared_prefix_and_truncation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

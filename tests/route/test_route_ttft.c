@@ -212,7 +212,11 @@ static void test_rate_learned_from_prefill_done(void **state)
 }
 
 static double weight;
-static void with_weight(kvr_router_config *c) { c->recompute_weight = weight; }
+static void with_weight(kvr_router_config *c)
+{
+    c->recompute_weight = weight;
+    c->tie_tolerance = 0; /* exact costs decide here */
+}
 
 /* Worker 1 caches 800 of 1024 tokens behind a queue, worker 2 is idle and
  * caches nothing. Waiting for the cache wins while queue + (1 + w) x 224 <
@@ -241,6 +245,42 @@ static void test_recompute_weight_keeps_cache(void **state)
             fail_msg("w %g, queue %u blocks: worker %llu", cases[k].w, cases[k].queued_blocks,
                      (unsigned long long)d.worker_id);
         kvr_route_decision_free(&d);
+        done(f);
+    }
+}
+
+/* Three idle workers; worker 1 caches 2 of 256 blocks, so it is 0.8 %
+ * cheaper: within tie_tolerance (5 %) all three are as good, and the one
+ * with the least recent work takes each request (reason "balanced"), so
+ * three requests land on three workers; with tolerance 0 worker 1 takes
+ * them all while its cost stays lowest (each is released at once). */
+static void no_tolerance(kvr_router_config *c) { c->tie_tolerance = 0; }
+
+static void test_near_ties_go_to_least_recent_work(void **state)
+{
+    (void)state;
+    for (int tol = 1; tol >= 0; tol--) {
+        fx *f = make_with(tol ? NULL : no_tolerance);
+        worker_with(f, 1, 2);
+        worker_with(f, 2, 0);
+        worker_with(f, 3, 0);
+        bool used[4] = {false};
+        for (int i = 0; i < 3; i++) {
+            char id[8];
+            snprintf(id, sizeof id, "b%d", i);
+            kvr_route_decision d = route_n(f, id, N, 0);
+            assert_true(d.worker_id >= 1 && d.worker_id <= 3);
+            used[d.worker_id] = true;
+            if (tol)
+                assert_int_equal(d.reason, KVR_REASON_BALANCED);
+            kvr_route_decision_free(&d);
+            assert_int_equal(kvr_router_prefill_done(f->r, id), KVR_ROUTE_OK);
+            assert_int_equal(kvr_router_release(f->r, id), KVR_ROUTE_OK);
+        }
+        if (tol)
+            assert_true(used[1] && used[2] && used[3]);
+        else
+            assert_true(used[1] && !used[2] && !used[3]);
         done(f);
     }
 }
@@ -289,6 +329,64 @@ static void test_decode_factor_bounded(void **state)
     kvr_route_decision d = route_n(f, NULL, N, 1);
     assert_true(near(cost_of(&d, 1)->decode_factor, 1.5));
     kvr_route_decision_free(&d);
+    done(f);
+}
+
+static void book_osl(fx *f, const char *id, uint32_t osl)
+{
+    kvr_route_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.q = rt_request(f->tokens, N, NULL, 0);
+    rq.request_id = id;
+    rq.osl = osl;
+    kvr_route_decision d;
+    assert_int_equal(kvr_route(f->r, &rq, &d), KVR_ROUTE_OK);
+    kvr_route_decision_free(&d);
+}
+
+/* Four decodes of 100 tokens take 2 s each from /prefill_done to /free: 20
+ * ms a token. A booking of 1000 output tokens whose /free never comes ages
+ * out 4 x 20 s after its prefill instead of booking_ttl_s (600 s) after
+ * /route; one of 100 tokens after the 30 s floor (4 x 2 s is less). */
+static void test_booking_ages_out_after_predicted_decode(void **state)
+{
+    (void)state;
+    fx *f = make_with(NULL);
+    worker_with(f, 1, 0);
+    char id[16];
+    for (int i = 0; i < KVR_ROUTE_RATE_MIN_SAMPLES; i++) {
+        snprintf(id, sizeof id, "d%d", i);
+        book_osl(f, id, 100);
+        assert_int_equal(kvr_router_prefill_done(f->r, id), KVR_ROUTE_OK);
+        f->now += 2;
+        assert_int_equal(kvr_router_release(f->r, id), KVR_ROUTE_OK);
+    }
+    book_osl(f, "long", 1000);
+    book_osl(f, "short", 100);
+    book_osl(f, "unknown", 0);
+    assert_int_equal(kvr_router_prefill_done(f->r, "long"), KVR_ROUTE_OK);
+    assert_int_equal(kvr_router_prefill_done(f->r, "short"), KVR_ROUTE_OK);
+    assert_int_equal(kvr_router_prefill_done(f->r, "unknown"), KVR_ROUTE_OK);
+    kvr_router_stats st;
+    f->now += 29;
+    kvr_router_sweep(f->r);
+    kvr_router_stats_get(f->r, &st);
+    assert_int_equal(st.bookings_active, 3);
+    f->now += 2; /* 31 s: "short" is done */
+    kvr_router_sweep(f->r);
+    kvr_router_stats_get(f->r, &st);
+    assert_int_equal(st.bookings_active, 2);
+    f->now += 48; /* 79 s */
+    kvr_router_sweep(f->r);
+    kvr_router_stats_get(f->r, &st);
+    assert_int_equal(st.bookings_active, 2);
+    f->now += 2; /* 81 s: "long" is done; "unknown" waits for its TTL */
+    kvr_router_sweep(f->r);
+    kvr_router_stats_get(f->r, &st);
+    assert_int_equal(st.bookings_active, 1);
+    assert_int_equal(st.bookings_aged_out, 2);
+    assert_int_equal(kvr_router_release(f->r, "long"), KVR_ROUTE_UNKNOWN_ID);
+    assert_int_equal(kvr_router_release(f->r, "unknown"), KVR_ROUTE_OK);
     done(f);
 }
 
@@ -373,9 +471,11 @@ int main(void)
         cmocka_unit_test(test_cost_is_predicted_ttft),
         cmocka_unit_test(test_queue_drains_with_time),
         cmocka_unit_test(test_recompute_weight_keeps_cache),
+        cmocka_unit_test(test_near_ties_go_to_least_recent_work),
         cmocka_unit_test(test_rate_learned_from_prefill_done),
         cmocka_unit_test(test_no_learning_keeps_configured_rate),
         cmocka_unit_test(test_decode_factor_bounded),
+        cmocka_unit_test(test_booking_ages_out_after_predicted_decode),
         cmocka_unit_test(test_max_bookings),
         cmocka_unit_test(test_clock_from_requests),
     };
