@@ -11,10 +11,10 @@
 # Environment: KVROUTER (binary, default build/kvrouter), DEMO_LIMIT
 # (requests, default 1500), DEMO_PORT (default 8090), DEMO_HICACHE (host
 # tier blocks per engine, default 32768 = 2x GPU, SGLang's default ratio;
-# 131072 holds the slice's working set), DEMO_ARGS (extra sim
-# options, e.g. "--route-opt prefill_load_scale=16"), DEMO_SERVE_ARGS (extra
-# serve options, e.g. "--router-opt cpu_hit_weight=1"), DEMO_COST ("sim", the
-# default, or "defaults": the router's documented cost defaults, SPEC §8).
+# 131072 holds the slice's working set), DEMO_ARGS (extra sim options),
+# DEMO_SERVE_ARGS (extra serve options, e.g. "--router-opt tie_tolerance=0"),
+# DEMO_COST ("defaults", the router's default cost model ttft, or "dynamo":
+# SPEC §8's formula with its defaults, for comparison).
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -27,33 +27,20 @@ outdir="$(dirname "$bin")"
 svg="$outdir/demo.svg"
 log="$outdir/demo-serve.log"
 
-# The simulated fleet times prefill only (TTFT = queueing + uncached prefill)
-# and bounds no decode memory, so the cost's decode-block term buys nothing
-# there, and its HiCache host hits are reused as fully as GPU hits. The demo
-# weighs prefill and cache credit to match, with two opt-in router options
-# (kvrouter serve --router-opt; SPEC §8's defaults leave both off):
-# unclamped_prefill, so a longer overlap keeps lowering the cost once its
-# credit covers the load (with the clamp every such worker ties and decode
-# blocks decide), and media_cut_weight, a cost per request block past a
-# SPEC §5 media cut, steering image conversations to workers that accept
-# image identities, where their follow-ups stay visible to the router.
-# Chosen by a sweep with `kvrouter sim --seed S`, S = 1..5 (images in each
-# request's newest full block): with these settings kvrouter's hit rate is
-# 20.99-21.61% (mean 21.23%) at load max/mean 1.06-1.10, above approx_tree's
-# 20.92% on every seed; neighbours (media_cut_weight 0, 8, 32, 64; credit 20,
-# 28, 32) fall below it on at least one seed. DEMO_COST=defaults shows SPEC
-# §8's defaults.
-case "${DEMO_COST:-sim}" in
-sim)
-    cost_sim_args="--route-opt prefill_load_scale=64 --route-opt overlap_score_credit=24"
-    cost_serve_args="--router-opt cpu_hit_weight=24 --router-opt unclamped_prefill=1 --router-opt media_cut_weight=16"
-    cost_note="prefill_load_scale=64 overlap_score_credit=24 cpu_hit_weight=24 unclamped_prefill=1 media_cut_weight=16 (DEMO_COST=sim)" ;;
+# The router runs with its defaults: no cost knob is set here. The one
+# router option the demo sets is clock_from_requests: the simulator replays
+# the trace in virtual time and sends that time with every call, so the
+# router times prefills and drains queues in the simulator's time (a
+# production router keeps its own clock).
+case "${DEMO_COST:-defaults}" in
 defaults)
-    cost_sim_args=""
     cost_serve_args=""
-    cost_note="the router's defaults, SPEC §8 (DEMO_COST=defaults)" ;;
+    cost_note="the router's defaults (cost_model ttft)" ;;
+dynamo)
+    cost_serve_args="--router-opt cost_model=dynamo"
+    cost_note="cost_model=dynamo with SPEC §8's defaults (DEMO_COST=dynamo)" ;;
 *)
-    echo "demo: DEMO_COST must be sim or defaults" >&2
+    echo "demo: DEMO_COST must be defaults or dynamo" >&2
     exit 1 ;;
 esac
 
@@ -71,7 +58,8 @@ fi
 
 # A fixed seed makes the router's random tie-breaks repeatable run to run.
 # shellcheck disable=SC2086
-"$bin" serve --listen "127.0.0.1:$port" --router-opt rng_seed=1 $cost_serve_args ${DEMO_SERVE_ARGS:-} \
+"$bin" serve --listen "127.0.0.1:$port" --router-opt rng_seed=1 --router-opt clock_from_requests=1 \
+    $cost_serve_args ${DEMO_SERVE_ARGS:-} \
     >"$log" 2>&1 &
 serve_pid=$!
 cleanup() {
@@ -117,16 +105,16 @@ EOF
 "$bin" sim --router "$url" --trace "$trace" --limit "$limit" --engines 8 \
     --capacity 16384 --hicache "$hicache" --kimi-share 0.5 --mm-share 0.2 \
     --policies kvrouter,round_robin,random,least_loaded,approx_tree,oracle \
-    --svg "$svg" $cost_sim_args ${DEMO_ARGS:-}
+    --svg "$svg" --judge ${DEMO_ARGS:-}
 
 cat <<EOF
 
 hit_rate: reused prompt tokens / prompt tokens, read from the engines' own caches (GPU + HiCache).
 load max/mean: prefill tokens each worker computed (max over mean); requests max/mean: requests routed.
-TTFT: virtual-time queueing + prefill of uncached tokens (20000 tokens/s per worker).
+TTFT: virtual-time queueing + prefill (20000 tokens/s per worker, slowed by the worker's decodes,
+      HiCache hits copied back at 0.2 of a prefill token, KV memory bounding admission; src/sim/serving.h).
 oracle: unbounded caches, always the longest cached prefix: the hit-rate ceiling; it ignores load.
+diagnose: the best prefix the fleet's caches held at each routing moment; judge: issue 15's targets.
 chart: $svg
 kvrouter cost settings: $cost_note.
-The sim times prefill only, so the demo weighs prefill over decode memory; a fleet
-whose decode memory matters keeps the defaults: DEMO_COST=defaults make demo
 EOF

@@ -82,10 +82,12 @@ typedef struct {
      * worker holds, which evicts cache other conversations come back to.
      * The cost counts uncached tokens (1 + recompute_weight) times. */
     double recompute_weight;     /* default 2 */
-    /* Candidates whose predicted TTFT is within this fraction of the lowest
-     * are equally good to the model; the one with the least prefill booked
-     * there lately (decaying over KVR_ROUTE_WORK_TAU_S, 300 s) takes the
-     * request (reason "balanced"). 0 = argmin, random tie-break. */
+    /* Candidates whose cost is within this fraction of the lowest (and
+     * within 0.1 s of it) and that give up at most this fraction of the
+     * request's tokens of cache against the best of them are equally good to
+     * the model; the one with the least prefill booked there lately
+     * (decaying over 300 s) takes the request (reason "balanced"): cold
+     * conversations spread over every cache. 0 = argmin, random tie-break. */
     double tie_tolerance;        /* default 0.05 */
     double max_decode_slowdown;  /* default 2 */
     /* Learn each (worker, rank)'s prefill rate from /prefill_done (the

@@ -62,6 +62,9 @@ typedef struct route_rate {
  * latency would dominate their timing. */
 #define KVR_ROUTE_RATE_MIN_TOKENS 256u
 #define KVR_ROUTE_WORK_TAU_S 300.0
+/* The ttft tie window (tie_tolerance x the lowest cost) is at most this many
+ * seconds of cost. */
+#define KVR_ROUTE_TIE_MAX_S 0.1
 /* Measured rates within this fraction of the candidates' mean count as the
  * mean (select.c fill_rates). */
 #define KVR_ROUTE_RATE_SAME 0.2

@@ -248,37 +248,55 @@ static size_t pick_argmin(kvr_router *r, kvr_route_cost *c, size_t n, size_t *ti
     return best;
 }
 
-/* ttft: the candidates within tie_tolerance of the lowest predicted TTFT are
- * as good as the model can tell (its rates and slowdowns are estimates);
- * among them the one with the least recent work takes the request, which
- * spreads cold conversations over every worker's cache instead of the few
- * that happen to hold the shared system prompt, and keeps the prefill work
- * per worker even. Equal work (e.g. none yet): uniformly at random. */
-static size_t pick_balanced(kvr_router *r, kvr_route_cost *c, size_t n, double tol,
+/* ttft: the candidates within tie_tolerance of the lowest predicted TTFT
+ * (and within KVR_ROUTE_TIE_MAX_S of it: a long prompt's 5 % is too long a
+ * wait to give away) are as good as the model can tell (its rates and
+ * slowdowns are estimates),
+ * provided they give up at most tie_tolerance of the request's tokens of
+ * cache against the best of them; among those the one with the least
+ * recent work takes the request. A cold request (no conversation cached
+ * anywhere, at most a shared system prompt) thus spreads over every
+ * worker's cache instead of the few that happen to hold the system prompt,
+ * and the prefill work per worker stays even; a request whose conversation
+ * is cached somewhere is never moved off it by the tolerance. Equal work
+ * (e.g. none yet): uniformly at random. */
+static bool near_best(const kvr_route_cost *c, double cost_limit, double credit_floor)
+{
+    return c->cost <= cost_limit && c->credit >= credit_floor;
+}
+
+static size_t pick_balanced(kvr_router *r, kvr_route_cost *c, size_t n, double tol, uint64_t isl,
                             kvr_route_reason *reason)
 {
     size_t best = 0;
     for (size_t i = 1; i < n; i++)
         if (c[i].cost < c[best].cost)
             best = i;
-    double limit = c[best].cost * (1 + tol) + 1e-12;
+    double window = c[best].cost * tol;
+    if (window > KVR_ROUTE_TIE_MAX_S)
+        window = KVR_ROUTE_TIE_MAX_S;
+    double limit = c[best].cost + window + 1e-12, most = c[best].credit;
+    for (size_t i = 0; i < n; i++)
+        if (c[i].cost <= limit && c[i].credit > most)
+            most = c[i].credit;
+    double floor_ = most - tol * (double)isl;
     size_t near = 0, least = best;
     for (size_t i = 0; i < n; i++)
-        if (c[i].cost <= limit) {
-            near++;
-            if (c[i].recent_work < c[least].recent_work)
+        if (near_best(&c[i], limit, floor_)) {
+            if (!near_best(&c[least], limit, floor_) || c[i].recent_work < c[least].recent_work)
                 least = i;
+            near++;
         }
     *reason = near > 1 ? KVR_REASON_BALANCED : KVR_REASON_BEST_COST;
     size_t same = 0;
     for (size_t i = 0; i < n; i++)
-        if (c[i].cost <= limit && c[i].recent_work <= c[least].recent_work + 0.5)
+        if (near_best(&c[i], limit, floor_) && c[i].recent_work <= c[least].recent_work + 0.5)
             same++;
     if (same > 1) {
         size_t k = (size_t)(route_rng_next(r) % same);
         for (size_t i = 0; i < n; i++)
-            if (c[i].cost <= limit && c[i].recent_work <= c[least].recent_work + 0.5 &&
-                k-- == 0)
+            if (near_best(&c[i], limit, floor_) &&
+                c[i].recent_work <= c[least].recent_work + 0.5 && k-- == 0)
                 return i;
     }
     return least;
@@ -428,7 +446,7 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
         reason = KVR_REASON_SAMPLED;
     } else {
         if (p.model == KVR_COST_TTFT) {
-            pick = pick_balanced(r, c, n, r->cfg.tie_tolerance, &reason);
+            pick = pick_balanced(r, c, n, r->cfg.tie_tolerance, isl, &reason);
         } else {
             pick = pick_argmin(r, c, n, &ties);
             reason = ties > 1 ? KVR_REASON_TIE_RANDOM : KVR_REASON_BEST_COST;
