@@ -28,7 +28,8 @@ typedef struct kvr_worker kvr_worker; /* handle; valid until unregistered */
 
 /* Where the router reads a worker's cache from (route.h). */
 typedef enum {
-    /* Its KV events, once a batch of that rank was applied; until then what
+    /* Its KV events, once a batch of that rank was applied; a rank still
+     * silent 10 s after the first request routed there is scored from what
      * the router routed there (an engine whose events stay silent still
      * routes by prefix). */
     KVR_KV_EVENTS_AUTO = 0,

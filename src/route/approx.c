@@ -29,6 +29,7 @@ struct route_approx {
     kvr_u64map blocks;
     fifo_entry *fifo;
     size_t head, len, cap;
+    double since; /* first block noted (the store is dropped when it empties) */
     struct route_approx *hnext;
 };
 
@@ -155,12 +156,13 @@ static bool held(const route_approx *st, uint64_t hash, double now)
 }
 
 uint32_t route_approx_held(route_approxes *a, uintptr_t index, uint64_t worker_id,
-                           uint32_t dp_rank, const uint64_t *chain, uint32_t n, double now)
+                           uint32_t dp_rank, const uint64_t *chain, uint32_t n, double now,
+                           double grace_s)
 {
     pthread_mutex_lock(&a->mu);
     const route_approx *st = store_find(a, index, worker_id, dp_rank);
     uint32_t lo = 0;
-    if (st && n > 0 && held(st, chain[0], now)) {
+    if (st && now - st->since >= grace_s && n > 0 && held(st, chain[0], now)) {
         uint32_t hi = n; /* chain[0..lo) held, chain[hi..n) not */
         lo = 1;
         for (uint32_t i = 1; i < n; i *= 2) {
@@ -208,8 +210,8 @@ void route_approx_note(route_approxes *a, uintptr_t index, uint64_t worker_id, u
         return;
     pthread_mutex_lock(&a->mu);
     route_approx *st = store_find(a, index, worker_id, dp_rank);
-    if (!st)
-        st = store_create(a, index, worker_id, dp_rank);
+    if (!st && (st = store_create(a, index, worker_id, dp_rank)))
+        st->since = now;
     if (st) {
         expire(a, st, now);
         double exp_at = now + a->ttl_s;

@@ -186,9 +186,14 @@ typedef struct {
 void route_approx_init(route_approxes *a, double ttl_s, uint64_t max_blocks);
 void route_approx_free(route_approxes *a);
 /* How many leading blocks of chain (chain hashes) were routed to the worker
- * within the TTL. */
+ * within the TTL; 0 while its first block was noted less than grace_s ago. */
 uint32_t route_approx_held(route_approxes *a, uintptr_t index, uint64_t worker_id,
-                           uint32_t dp_rank, const uint64_t *chain, uint32_t n, double now);
+                           uint32_t dp_rank, const uint64_t *chain, uint32_t n, double now,
+                           double grace_s);
+/* kv_events auto: an engine's first events follow its first requests by well
+ * under this; a rank silent this long after the first request routed there
+ * is scored from the approximate index. */
+#define KVR_ROUTE_APPROX_GRACE_S 10.0
 /* Records chain[0..n) as routed to the worker at now. */
 void route_approx_note(route_approxes *a, uintptr_t index, uint64_t worker_id, uint32_t dp_rank,
                        const uint64_t *chain, uint32_t n, double now);

@@ -89,7 +89,8 @@ static void add_entry(kvr_query_result *out, route_scratch *s, const kvr_worker_
         e->approximate = true;
         e->gpu_blocks = e->cpu_blocks = e->disk_blocks =
             route_approx_held(&ax->r->approx, ax->index, c->worker_id, dp_rank, pr->hashes,
-                              (uint32_t)pr->n_blocks, ax->now);
+                              (uint32_t)pr->n_blocks, ax->now,
+                              c->kv_events == KVR_KV_EVENTS_OFF ? 0 : KVR_ROUTE_APPROX_GRACE_S);
         return;
     }
     const kvr_match_entry *m = find_match(pr, c->worker_id, dp_rank);

@@ -22,9 +22,9 @@ const char *kvr_cost_model_name(kvr_cost_model m)
 }
 
 static const kvr_option router_rows[] = {
-    {"cost_model", KVR_OPT_CHOICE, offsetof(kvr_router_config, cost_model), 0, 0, "ttft",
-     "ttft: predicted time to first token (default); dynamo: SPEC §8's formula",
-     "ttft|dynamo", cost_models, NULL, NULL, KVR_OPT_RELOAD, NULL},
+    {.name = "cost_model", .type = KVR_OPT_CHOICE, .offset = offsetof(kvr_router_config, cost_model),
+     .def = "ttft", .help = "ttft: predicted time to first token (default); dynamo: SPEC §8's formula",
+     .metavar = "MODEL", .choices = cost_models},
     ROW(overlap_score_credit, KVR_OPT_DOUBLE, 0, HUGE_VAL, "1.0",
         "dynamo: cost credit per block of GPU overlap (SPEC §8)"),
     ROW(prefill_load_scale, KVR_OPT_DOUBLE, 0, HUGE_VAL, "1.0",
