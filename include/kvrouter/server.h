@@ -5,6 +5,7 @@
 #define KVROUTER_SERVER_H
 
 #include "kvrouter/cluster.h"
+#include "kvrouter/discovery.h"
 #include "kvrouter/registry.h"
 #include "kvrouter/route.h"
 #include "kvrouter/source.h"
@@ -58,6 +59,14 @@ typedef struct {
      * peer dump: a ready replica found in its membership bucket is the peer
      * recovered from, `peers` the fallback. */
     kvr_cluster_config cluster;
+    /* Engine discovery (SPEC §11, discovery.h): engines listed at start
+     * (borrowed; each keeps its origin; one the discovery refuses stops the
+     * start with its error) and the poll settings (zeros: defaults). POST
+     * and DELETE /engines change the list at run time; a reload makes the
+     * config-origin engines exactly those of cfg. */
+    const kvr_engine_spec *engines;
+    size_t n_engines;
+    kvr_discovery_config discovery;
 } kvr_server_config;
 
 void kvr_server_config_default(kvr_server_config *cfg);
@@ -96,6 +105,17 @@ int kvr_server_reopen_logs(kvr_server *srv, char *err, size_t err_len);
 struct json_t;
 bool kvr_server_parse_registration(const struct json_t *obj, const kvr_registration *defaults,
                                    kvr_registration *reg, char *err, size_t err_len);
+
+/* An /engines entry (a POST /engines body, or an element of the config
+ * file's "engines"): a URL string, or {url, kind?, instance_id?,
+ * model_name?, routing_group?, block_size?, mm_identity?,
+ * accepts_mm_hashes?}. Strings are borrowed from v; unknown keys are
+ * refused. false with err naming the field. */
+bool kvr_server_parse_engine(const struct json_t *v, kvr_origin origin, kvr_engine_spec *spec,
+                             char *err, size_t err_len);
+
+/* The server's engine discovery (never NULL once started). */
+kvr_discovery *kvr_server_discovery(kvr_server *srv);
 
 /* The server's registry: register and unregister workers from C exactly as
  * POST /register and /unregister do (include/kvrouter/registry.h). */

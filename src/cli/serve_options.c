@@ -174,6 +174,36 @@ static int set_workers_json(const kvr_option *o, void *target, const json_t *v, 
     return 0;
 }
 
+/* --engines "[kind=]URL,...": engines of the command line. */
+static int set_engines_csv(const kvr_option *o, void *target, const char *t, char *err,
+                           size_t cap)
+{
+    (void)o;
+    (void)err;
+    (void)cap;
+    serve_settings *s = target;
+    s->engines_csv = t;
+    s->engines_csv_from_config = false;
+    return 0;
+}
+
+/* The config file's engines: an array of URL strings or /engines objects
+ * (or one "[kind=]URL,..." string). */
+static int set_engines_json(const kvr_option *o, void *target, const json_t *v, char *err,
+                            size_t cap)
+{
+    serve_settings *s = target;
+    if (json_is_string(v)) {
+        s->engines_csv = json_string_value(v);
+        s->engines_csv_from_config = true;
+        return 0;
+    }
+    if (!json_is_array(v))
+        return fail_as(o, false, err, cap, "must be an array of engine URLs or objects", NULL);
+    s->config_engines = v;
+    return 0;
+}
+
 static kvr_opt_table router_table(serve_settings *s)
 {
     size_t n;
@@ -232,6 +262,24 @@ static const kvr_option serve_rows[] = {
            "id[:rank]=tcp://host:port[,...] (needs block_size); in a config file an array of "
            "/register objects",
            set_workers_spec, set_workers_json, .flags = KVR_OPT_RELOAD),
+    CUSTOM("engines", "[KIND=]URL,...",
+           "engines whose KV-event sources kvrouter finds and keeps registered (SPEC 11; KIND "
+           "sglang, vllm or auto); in a config file an array of URLs or /engines objects",
+           set_engines_csv, set_engines_json, .flags = KVR_OPT_RELOAD),
+    NUM("engine_poll_s", KVR_OPT_DOUBLE, server.discovery.poll_s, 0.05, 86400, "S",
+        "seconds between two polls of one engine", .def = "5"),
+    NUM("engine_grace_s", KVR_OPT_DOUBLE, server.discovery.grace_s, 0.01, 604800, "S",
+        "an engine without a valid answer for this long is unregistered (one failed poll "
+        "never is)",
+        .def = "30"),
+    NUM("engine_timeout_s", KVR_OPT_DOUBLE, server.discovery.timeout_s, 0.05, 600, "S",
+        "deadline of one HTTP request to an engine, connection included", .def = "2"),
+    NUM("max_engines", KVR_OPT_SIZE, server.discovery.max_engines, 1, 1e6, "N",
+        "engines listed at most; POST /engines beyond gets 503 naming max_engines",
+        .def = "1024"),
+    NUM("engine_max_response_bytes", KVR_OPT_SIZE, server.discovery.max_response_bytes, 1024,
+        1073741824, "BYTES", "a larger engine response is refused (the poll fails)",
+        .def = "4194304"),
     STR("model_name", model_name, "M", "model of --workers, and of config workers naming none",
         .def = "default"),
     NUM("block_size", KVR_OPT_U32, block_size, 1, KVR_MAX_BLOCK_SIZE, "B",
@@ -242,7 +290,7 @@ static const kvr_option serve_rows[] = {
         .flags = KVR_OPT_NO_CONFIG),
     NUM("min_initial_workers", KVR_OPT_SIZE, server.min_initial_workers, 0, U64_MAX_D, "N",
         "until N workers are registered only /register, /unregister, /workers, /health, "
-        "/metrics and /reopen_logs answer; the rest get 503",
+        "/metrics, /engines and /reopen_logs answer; the rest get 503",
         .env = "DYN_ROUTER_MIN_INITIAL_WORKERS"),
     STR("access_log", server.access_log, "FILE",
         "append one JSON line per request (time, method, path, status, duration_s, bytes, "
@@ -393,8 +441,87 @@ static int spec_workers(serve_settings *s, char *err, size_t cap)
     return 0;
 }
 
+static kvr_engine_spec *add_engine(serve_settings *s, size_t *cap_specs)
+{
+    if (KVR_GROW(s->engine_specs, *cap_specs, s->n_engine_specs + 1) != 0)
+        return NULL;
+    kvr_engine_spec *e = &s->engine_specs[s->n_engine_specs++];
+    memset(e, 0, sizeof *e);
+    e->mm_identity = -1;
+    e->accepts_mm_hashes = -1;
+    return e;
+}
+
+/* "[kind=]URL,..." */
+static int csv_engines(serve_settings *s, size_t *cap_specs, char *err, size_t cap)
+{
+    free(s->engines_buf);
+    s->engines_buf = strdup(s->engines_csv);
+    if (!s->engines_buf)
+        return -1;
+    char *save = NULL;
+    for (char *tok = strtok_r(s->engines_buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        kvr_engine_spec *e = add_engine(s, cap_specs);
+        if (!e)
+            return -1;
+        e->origin = s->engines_csv_from_config ? KVR_ORIGIN_CONFIG : KVR_ORIGIN_CLI;
+        e->url = tok;
+        char *eq = strchr(tok, '=');
+        if (eq && !strstr(tok, "://")) {
+            snprintf(err, cap, "--engines entry '%s' is not [KIND=]URL", tok);
+            return -1;
+        }
+        if (eq && eq < strstr(tok, "://")) {
+            *eq = 0;
+            int k = kvr_engine_kind_from_name(tok);
+            if (k < 0) {
+                snprintf(err, cap, "--engines entry '%s=%s': kind must be sglang, vllm or auto",
+                         tok, eq + 1);
+                return -1;
+            }
+            e->kind = (kvr_engine_kind)k;
+            e->url = eq + 1;
+        }
+    }
+    return 0;
+}
+
+static int serve_settings_engines(serve_settings *s, char *err, size_t cap)
+{
+    size_t cap_specs = 0;
+    free(s->engine_specs);
+    s->engine_specs = NULL;
+    s->n_engine_specs = 0;
+    if (s->engines_csv && csv_engines(s, &cap_specs, err, cap) != 0) {
+        if (!err[0])
+            snprintf(err, cap, "out of memory");
+        return -1;
+    }
+    size_t i;
+    json_t *v;
+    json_array_foreach(s->config_engines, i, v)
+    {
+        kvr_engine_spec *e = add_engine(s, &cap_specs);
+        char ee[300];
+        if (!e) {
+            snprintf(err, cap, "out of memory");
+            return -1;
+        }
+        if (!kvr_server_parse_engine(v, KVR_ORIGIN_CONFIG, e, ee, sizeof ee)) {
+            snprintf(err, cap, "--config %s: engines[%zu]: %s", s->config_path, i, ee);
+            return -1;
+        }
+    }
+    s->server.engines = s->engine_specs;
+    s->server.n_engines = s->n_engine_specs;
+    return 0;
+}
+
 int serve_settings_workers(serve_settings *s, char *err, size_t cap)
 {
+    err[0] = 0;
+    if (serve_settings_engines(s, err, cap) != 0)
+        return -1;
     s->n_regs = 0;
     if (s->workers_spec && spec_workers(s, err, cap) != 0)
         return -1;
@@ -423,6 +550,8 @@ int serve_settings_workers(serve_settings *s, char *err, size_t cap)
 
 void serve_settings_free(serve_settings *s)
 {
+    free(s->engine_specs);
+    free(s->engines_buf);
     free(s->regs);
     free(s->workers_buf);
     free(s->peers_text);

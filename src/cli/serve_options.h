@@ -32,6 +32,14 @@ typedef struct {
     kvr_registration *regs;
     size_t n_regs, cap_regs;
     char *workers_buf;           /* --workers text the registrations point into */
+    /* engine discovery: --engines text (origin cli) and the config file's
+     * "engines" (origin config), turned into specs by serve_settings_workers */
+    const char *engines_csv;
+    bool engines_csv_from_config; /* "engines" given as a string in the file */
+    const json_t *config_engines;
+    kvr_engine_spec *engine_specs;
+    size_t n_engine_specs;
+    char *engines_buf;           /* engines_csv text the specs point into */
 } serve_settings;
 
 /* Defaults, then the config file named by --config (if any), then the
@@ -41,7 +49,9 @@ int serve_settings_load(serve_settings *s, int argc, char **argv, int first, cha
                         size_t cap);
 /* Registrations of --workers (origin cli) and of the config file's workers
  * (origin config), the latter taking model_name/block_size/routing_group
- * from the settings when they lack them. They point into s. */
+ * from the settings when they lack them; and the engines to discover
+ * (--engines: origin cli, the file's "engines": origin config). They point
+ * into s, and s->server's workers and engines point at them. */
 int serve_settings_workers(serve_settings *s, char *err, size_t cap);
 void serve_settings_free(serve_settings *s);
 /* The table (rows flagged KVR_OPT_RELOAD apply on SIGHUP). */

@@ -283,6 +283,28 @@ static void cluster_metrics(kvr_metrics_ctx *m)
     list_families(m, &cl, "kvr_");
 }
 
+/* Engine discovery (SPEC §11): engines by state (every state, 0 included),
+ * then the discovery counter list like the source and normalizer lists:
+ * kvr_discovery_NAME_total. */
+static void discovery_metrics(kvr_metrics_ctx *m)
+{
+    kvr_engine_infos l;
+    if (kvr_discovery_list(m->srv->discovery, &l) != 0) {
+        m->b->failed = true;
+        return;
+    }
+    kvr_metrics_family(m->b, "kvr_discovery_engines", "gauge",
+                       "Engines given to discovery (--engines, config, POST /engines), by state "
+                       "(GET /engines says why one is not indexed)");
+    for (int st = 0; st < KVR_ENGINE_STATE_COUNT; st++)
+        kvr_sbuf_printf(m->b, "kvr_discovery_engines{state=\"%s\"} %zu\n",
+                        kvr_engine_state_name((kvr_engine_state)st), l.by_state[st]);
+    counter_list cl = {kvr_discovery_counter_descs, kvr_discovery_counter_count, "discovery_",
+                       NULL, 0, &l.counters, NULL, 0};
+    list_families(m, &cl, "kvr_");
+    kvr_engine_infos_free(&l);
+}
+
 void kvr_api_metrics(kvr_server *srv, json_t *body, kvr_api_reply *reply)
 {
     (void)body;
@@ -303,6 +325,7 @@ void kvr_api_metrics(kvr_server *srv, json_t *body, kvr_api_reply *reply)
     counter_lists(&m);
     kvr_metrics_router(&m);
     cluster_metrics(&m);
+    discovery_metrics(&m);
     kvr_route_cache_write(&b, &srv->route_cache);
     kvr_metrics_http(&m);
     free(m.wlabels);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/api_engines.h"
 #include "server/json_util.h"
 #include "server/server_internal.h"
 #include "server/workers_snapshot.h"
@@ -184,15 +185,20 @@ void kvr_api_workers(kvr_server *srv, json_t *args, kvr_api_reply *reply)
         kvr_api_error(reply, 503, "ingest thread is not running");
         return;
     }
+    kvr_engine_infos engines; /* discovered workers get a "discovery" object */
+    if (kvr_discovery_list(srv->discovery, &engines) != 0)
+        memset(&engines, 0, sizeof engines);
     json_t *arr = json_array();
     for (size_t i = 0; arr && i < s.n_workers; i++) {
         const kvr_worker_info *wi = &s.workers[i];
         if ((model && strcmp(model, wi->model_name) != 0) ||
             (group && strcmp(group, wi->routing_group) != 0))
             continue;
-        json_array_append_new(arr, worker_json(wi, s.listeners + s.first[i],
-                                               s.first[i + 1] - s.first[i]));
+        json_t *w = worker_json(wi, s.listeners + s.first[i], s.first[i + 1] - s.first[i]);
+        kvr_api_worker_discovery(w, &engines, wi);
+        json_array_append_new(arr, w);
     }
+    kvr_engine_infos_free(&engines);
     kvr_workers_snapshot_free(&s);
     if (!arr) {
         kvr_api_error(reply, 500, "out of memory");

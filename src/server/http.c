@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "server/access_log.h"
+#include "server/api_engines.h"
 #include "server/json_body.h"
 #include "server/server_internal.h"
 #include "util/clock.h"
@@ -80,6 +81,9 @@ const kvr_endpoint_def kvr_endpoint_table[] = {
     {"GET", "/ready", kvr_api_ready, NULL, NULL, KVR_ACCESS_OPEN, true},
     {"GET", "/metrics", kvr_api_metrics, NULL, NULL, KVR_ACCESS_OPEN, true},
     {"POST", "/reopen_logs", kvr_api_reopen_logs, NULL, NULL, KVR_ACCESS_ADMIN, true},
+    {"GET", "/engines", kvr_api_engines_get, NULL, NULL, KVR_ACCESS_ADMIN, true},
+    {"POST", "/engines", kvr_api_engines_post, NULL, NULL, KVR_ACCESS_ADMIN, true},
+    {"DELETE", "/engines", kvr_api_engines_delete, NULL, NULL, KVR_ACCESS_ADMIN, true},
 };
 const size_t kvr_endpoint_table_len = sizeof kvr_endpoint_table / sizeof kvr_endpoint_table[0];
 
@@ -198,14 +202,17 @@ static void dispatch(kvr_server *srv, struct MHD_Connection *conn, const char *u
         }
     } else {
         json_t *body = NULL;
-        if (strcmp(method, "POST") == 0 && rc->received == 0) {
+        bool with_body = strcmp(method, "POST") == 0 ||
+                         (strcmp(method, "DELETE") == 0 && rc->received > 0);
+        if (with_body && rc->received == 0) {
             body = json_object(); /* `curl -X POST` without -d: an empty object */
-        } else if (strcmp(method, "POST") == 0) {
+        } else if (with_body) {
             kvr_json_body jb;
             if (parse_body(rc->buf, rc->len, NULL, &jb, reply))
                 body = jb.root; /* a plain tree holds nothing else */
         } else {
-            /* GET handlers take their query arguments as a flat object. */
+            /* GET handlers (and DELETE without a body) take their query
+             * arguments as a flat object. */
             body = json_object();
             MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_arg, body);
         }

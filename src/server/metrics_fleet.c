@@ -252,6 +252,21 @@ void kvr_metrics_router(kvr_metrics_ctx *m)
     gauge(b, "kvr_router_held_bytes", "Memory of the booking block sets", st.held_bytes);
 }
 
+/* endpoint="/path", and method="M" when the path has several methods
+ * (GET, POST and DELETE /engines), so every series stays distinct. */
+static void endpoint_labels(const kvr_server *srv, size_t i, char *out, size_t cap)
+{
+    const kvr_endpoint *e = &srv->endpoints[i];
+    bool shared = false;
+    for (size_t k = 0; k < srv->n_endpoints && !shared; k++)
+        shared = k != i && strcmp(srv->endpoints[k].path, e->path) == 0;
+    if (shared)
+        snprintf(out, cap, "endpoint=\"%s\",method=\"%s\"", e->path, e->method);
+    else
+        snprintf(out, cap, "endpoint=\"%s\"", e->path);
+}
+
+
 void kvr_metrics_http(kvr_metrics_ctx *m)
 {
     kvr_server *srv = m->srv;
@@ -265,8 +280,8 @@ void kvr_metrics_http(kvr_metrics_ctx *m)
             in_bounds += buckets[k] = atomic_load(&e->buckets[k]);
         uint64_t count = atomic_load(&e->count);
         buckets[KVR_LAT_BUCKETS] = count > in_bounds ? count - in_bounds : 0;
-        char labels[96];
-        snprintf(labels, sizeof labels, "endpoint=\"%s\"", e->path);
+        char labels[128];
+        endpoint_labels(srv, i, labels, sizeof labels);
         kvr_metrics_histogram(b, "kvr_http_request_duration_seconds", labels, kvr_lat_bounds,
                               KVR_LAT_BUCKETS, buckets, (double)atomic_load(&e->sum_us) / 1e6);
     }
@@ -274,10 +289,12 @@ void kvr_metrics_http(kvr_metrics_ctx *m)
                        "HTTP error replies, by endpoint and class");
     for (size_t i = 0; i < srv->n_endpoints; i++) {
         kvr_endpoint *e = &srv->endpoints[i];
-        kvr_sbuf_printf(b, "kvr_http_errors_total{endpoint=\"%s\",class=\"4xx\"} %" PRIu64 "\n",
-                        e->path, atomic_load(&e->status_4xx));
-        kvr_sbuf_printf(b, "kvr_http_errors_total{endpoint=\"%s\",class=\"5xx\"} %" PRIu64 "\n",
-                        e->path, atomic_load(&e->status_5xx));
+        char labels[128];
+        endpoint_labels(srv, i, labels, sizeof labels);
+        kvr_sbuf_printf(b, "kvr_http_errors_total{%s,class=\"4xx\"} %" PRIu64 "\n", labels,
+                        atomic_load(&e->status_4xx));
+        kvr_sbuf_printf(b, "kvr_http_errors_total{%s,class=\"5xx\"} %" PRIu64 "\n", labels,
+                        atomic_load(&e->status_5xx));
     }
     counter(b, "kvr_http_body_too_large_total", "Requests refused with 413",
             atomic_load(&srv->requests_413));

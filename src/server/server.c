@@ -143,15 +143,32 @@ static int register_workers_json(kvr_server *srv, const char *text, char *err, s
     return rc;
 }
 
+/* Engines of the command line and config (SPEC §11): listed now, polled
+ * at once by the discovery thread. */
+static int add_engines(kvr_server *srv, const kvr_server_config *cfg, char *err, size_t err_len)
+{
+    for (size_t i = 0; i < cfg->n_engines; i++) {
+        char e[400];
+        kvr_discovery_result r = kvr_discovery_add(srv->discovery, &cfg->engines[i], e, sizeof e);
+        if (r != KVR_DISCOVERY_ADDED && r != KVR_DISCOVERY_UNCHANGED &&
+            r != KVR_DISCOVERY_UPDATED) {
+            snprintf(err, err_len, "engines[%zu] (%s): %s", i,
+                     cfg->engines[i].url ? cfg->engines[i].url : "", e);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int register_initial(kvr_server *srv, const kvr_server_config *cfg, char *err,
                             size_t err_len)
 {
     for (size_t i = 0; i < cfg->n_workers; i++)
         if (register_one(srv, &cfg->workers[i], "workers", i, err, err_len) != 0)
             return -1;
-    if (cfg->workers_json)
-        return register_workers_json(srv, cfg->workers_json, err, err_len);
-    return 0;
+    if (cfg->workers_json && register_workers_json(srv, cfg->workers_json, err, err_len) != 0)
+        return -1;
+    return add_engines(srv, cfg, err, err_len);
 }
 
 /* ---- the initial-workers wait (min_initial_workers) ------------------- */
@@ -218,6 +235,20 @@ int kvr_server_reload(kvr_server *srv, const kvr_server_config *cfg, char *err, 
     kvr_registry_set_max_workers(srv->registry, cfg->registry.max_workers);
     if (kvr_server_reopen_logs(srv, err, err_len) != 0)
         return -1;
+    /* The config file's engines become exactly the file's; engines of the
+     * command line and of POST /engines stay. */
+    kvr_engine_spec *specs = calloc(cfg->n_engines ? cfg->n_engines : 1, sizeof *specs);
+    size_t n = 0;
+    for (size_t i = 0; specs && i < cfg->n_engines; i++)
+        if (cfg->engines[i].origin == KVR_ORIGIN_CONFIG)
+            specs[n++] = cfg->engines[i];
+    size_t refused = specs ? kvr_discovery_sync(srv->discovery, KVR_ORIGIN_CONFIG, specs, n) : 1;
+    free(specs);
+    if (refused) {
+        snprintf(err, err_len, "%zu engines of the config file were refused (see the log)",
+                 refused);
+        return -1;
+    }
     for (size_t i = 0; i < srv->n_reload_hooks; i++)
         if (srv->reload_hooks[i].fn(srv, cfg, srv->reload_hooks[i].user, err, err_len) != 0)
             return -1;
@@ -271,9 +302,11 @@ kvr_server *kvr_server_start(const kvr_server_config *cfg_in, char *err, size_t 
     srv->router = srv->ix ? kvr_router_create(srv->ix, &cfg.router) : NULL;
     srv->src = srv->router ? kvr_source_create(srv->ix, &cfg.source) : NULL;
     srv->registry = srv->src ? kvr_registry_create(srv->src, &cfg.registry) : NULL;
-    srv->sweeper = srv->registry ? kvr_sweeper_start(srv) : NULL;
+    srv->discovery = srv->registry ? kvr_discovery_create(srv->registry, &cfg.discovery) : NULL;
+    srv->engine_post_wait_s = 3 * (cfg.discovery.timeout_s > 0 ? cfg.discovery.timeout_s : 2) + 1;
+    srv->sweeper = srv->discovery ? kvr_sweeper_start(srv) : NULL;
     if (!srv->sweeper) {
-        snprintf(err, err_len, "cannot create indexer, router, sources or sweeper");
+        snprintf(err, err_len, "cannot create indexer, router, sources, discovery or sweeper");
         kvr_server_stop(srv);
         return NULL;
     }
@@ -312,7 +345,7 @@ kvr_server *kvr_server_start(const kvr_server_config *cfg_in, char *err, size_t 
     if (!atomic_load(&srv->serving_all))
         kvr_log(KVR_LOG_INFO,
                 "waiting for %zu initial workers (%zu registered): until then only /register, "
-                "/unregister, /workers, /health, /metrics and /reopen_logs answer",
+                "/unregister, /workers, /engines, /health, /metrics and /reopen_logs answer",
                 srv->min_initial_workers, kvr_registry_workers(srv->registry));
     atomic_store(&srv->started, true);
     if (srv->cluster)
@@ -325,6 +358,7 @@ void kvr_server_stop(kvr_server *srv)
     if (!srv)
         return;
     kvr_http_stop(srv);
+    kvr_discovery_destroy(srv->discovery); /* it calls the registry: before the source */
     kvr_cluster_stop(srv->cluster);
     kvr_sweeper_stop(srv->sweeper);
     kvr_source_destroy(srv->src);

@@ -87,6 +87,8 @@ struct kvr_server {
     _Atomic bool started;    /* kvr_server_start finished: /ready may say yes */
     char peer_url[512];      /* the peer recovered from ("" none), for /ready */
     long peer_records;       /* its records loaded, -1 when its dump failed */
+    kvr_discovery *discovery;          /* engine discovery (api_engines.c) */
+    double engine_post_wait_s;         /* POST /engines waits this long for the first poll */
 };
 
 /* server.c: true once min_initial_workers are (or were) registered. */

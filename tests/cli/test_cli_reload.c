@@ -12,18 +12,6 @@
 #define BS 4
 #define WAIT 20000
 
-/* Replaces the file at path whole (rename), so a reload never reads half. */
-static void write_config(const char *path, const char *text)
-{
-    char tmp[128];
-    snprintf(tmp, sizeof tmp, "%s.new", path);
-    FILE *f = fopen(tmp, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-    assert_int_equal(rename(tmp, path), 0);
-}
-
 static char *worker_json(char *buf, size_t cap, uint64_t id, const char *endpoint,
                          const char *extra)
 {
@@ -101,7 +89,7 @@ static void test_sighup_reloads_workers_and_keeps_a_bad_file_out(void **state)
              "{\"listen\": \"127.0.0.1:0\", \"model_name\": \"m\", \"block_size\": %d, "
              "\"log_format\": \"json\", \"workers\": [%s, %s]}",
              BS, a, b);
-    write_config(path, cfg);
+    kvr_test_replace_file(path, cfg);
     char *argv[] = {(char *)kvr_test_binary(), "serve", "--config", path, NULL};
     kvr_child *c = calloc(1, sizeof *c);
     kvr_child_spawn(c, argv);
@@ -130,7 +118,7 @@ static void test_sighup_reloads_workers_and_keeps_a_bad_file_out(void **state)
              "{\"listen\": \"127.0.0.1:0\", \"model_name\": \"m\", \"block_size\": %d, "
              "\"log_format\": \"json\", \"max_body\": 4096, \"workers\": [%s, %s]}",
              BS, a, d);
-    write_config(path, cfg);
+    kvr_test_replace_file(path, cfg);
     size_t mark = c->err_len;
     kill(c->pid, SIGHUP);
     assert_true(kvr_child_wait_stderr(
@@ -145,7 +133,7 @@ static void test_sighup_reloads_workers_and_keeps_a_bad_file_out(void **state)
              "{\"listen\": \"127.0.0.1:0\", \"model_name\": \"m\", \"block_size\": %d, "
              "\"log_format\": \"json\", \"workers\": [%s, %s]}",
              BS, a, d);
-    write_config(path, cfg);
+    kvr_test_replace_file(path, cfg);
     mark = c->err_len;
     kill(c->pid, SIGHUP);
     assert_true(kvr_child_wait_stderr(
@@ -155,7 +143,7 @@ static void test_sighup_reloads_workers_and_keeps_a_bad_file_out(void **state)
     assert_int_equal(th_score(base, "m", local, 2, 1, 0), -1);
 
     /* v4: a bad file: nothing changes, the log says why. */
-    write_config(path, "{\"listen\": \"127.0.0.1:0\", \"wrokers\": []}");
+    kvr_test_replace_file(path, "{\"listen\": \"127.0.0.1:0\", \"wrokers\": []}");
     mark = c->err_len;
     kill(c->pid, SIGHUP);
     assert_true(kvr_child_wait_stderr(c, mark, "unknown key 'wrokers'", WAIT));

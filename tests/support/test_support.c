@@ -121,3 +121,14 @@ const char *kvr_test_write_tmp(const char *text)
     close(fd);
     return path;
 }
+
+void kvr_test_replace_file(const char *path, const char *text)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.new", path);
+    FILE *f = fopen(tmp, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    assert_int_equal(rename(tmp, path), 0);
+}

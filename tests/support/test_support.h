@@ -32,4 +32,8 @@ json_t *kvr_test_last_line_json(const char *out);
  * valid until the next call). The caller unlinks it. */
 const char *kvr_test_write_tmp(const char *text);
 
+/* Replaces the file at path whole (write path.new, rename), so a reader
+ * (a reloading server) never sees half of it; fails the test if it cannot. */
+void kvr_test_replace_file(const char *path, const char *text);
+
 #endif
