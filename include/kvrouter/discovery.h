@@ -77,6 +77,10 @@ typedef struct {
     uint32_t block_size;        /* 0: the engine's */
     int mm_identity;            /* -1: from the model (Kimi: auto), else kvr_mm_identity */
     int accepts_mm_hashes;      /* -1: from the model (Kimi: false), 0, 1 */
+    /* The model's media placeholder token (SPEC §5 vLLM media identity,
+     * 151655 for Qwen-VL): no engine endpoint says it, so the entry does. */
+    bool has_image_token_id;
+    uint32_t image_token_id;    /* below KVR_WIDE_SENTINEL */
     kvr_origin origin;          /* who listed it: CLI, CONFIG or HTTP */
 } kvr_engine_spec;
 

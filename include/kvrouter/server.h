@@ -109,7 +109,7 @@ bool kvr_server_parse_registration(const struct json_t *obj, const kvr_registrat
 /* An /engines entry (a POST /engines body, or an element of the config
  * file's "engines"): a URL string, or {url, kind?, instance_id?,
  * model_name?, routing_group?, block_size?, mm_identity?,
- * accepts_mm_hashes?}. Strings are borrowed from v; unknown keys are
+ * accepts_mm_hashes?, image_token_id?}. Strings are borrowed from v; unknown keys are
  * refused. false with err naming the field. */
 bool kvr_server_parse_engine(const struct json_t *v, kvr_origin origin, kvr_engine_spec *spec,
                              char *err, size_t err_len);

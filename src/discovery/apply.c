@@ -33,13 +33,15 @@ static uint64_t digest_of(const kvr_registration *r)
     h = mix_u64(h, (uint64_t)s->mm_identity);
     h = mix_u64(h, (uint64_t)(int64_t)s->accepts_mm_hashes);
     h = mix_u64(h, s->is_eagle);
+    h = mix_u64(h, (uint64_t)s->engine);
+    h = mix_u64(h, s->has_image_token_id ? (uint64_t)s->image_token_id : UINT64_MAX);
     h = mix_u64(h, r->dp_rank);
     h = mix_str(h, r->endpoint);
     h = mix_str(h, r->replay_endpoint);
     return mix_str(h, r->topic);
 }
 
-static kvr_applied *find_applied(kvr_engine *e, const kvr_registration *r)
+static kvr_applied *find_applied(kvr_disc_engine *e, const kvr_registration *r)
 {
     for (size_t i = 0; i < e->n_applied; i++) {
         kvr_applied *a = &e->applied[i];
@@ -64,7 +66,7 @@ static void unregister_one(kvr_discovery *d, const kvr_applied *a)
         d->c.unregistrations++;
 }
 
-size_t kvr_discovery_unapply(kvr_discovery *d, kvr_engine *e)
+size_t kvr_discovery_unapply(kvr_discovery *d, kvr_disc_engine *e)
 {
     size_t n = e->n_applied;
     for (size_t i = 0; i < n; i++)
@@ -76,7 +78,7 @@ size_t kvr_discovery_unapply(kvr_discovery *d, kvr_engine *e)
 }
 
 /* The registration of rank k of e's answer (strings borrowed from e). */
-static void rank_registration(const kvr_engine *e, size_t k, kvr_registration *reg)
+static void rank_registration(const kvr_disc_engine *e, size_t k, kvr_registration *reg)
 {
     const kvr_engine_reading_info *in = &e->good.info;
     const kvr_engine_rank_info *rk = &e->good.ranks[k];
@@ -91,7 +93,11 @@ static void rank_registration(const kvr_engine *e, size_t k, kvr_registration *r
         e->spec.mm_identity >= 0 ? (kvr_mm_identity)e->spec.mm_identity : in->mm_identity;
     s->accepts_mm_hashes =
         e->spec.accepts_mm_hashes >= 0 ? e->spec.accepts_mm_hashes : in->accepts_mm_hashes;
-    /* GAP(w-edge engine field): s->engine = KVR_ENGINE_VLLM for in->kind == VLLM. */
+    /* vLLM puts media in extra_keys: its workers hash them by SPEC §5's
+     * vLLM rule, and /route forwards multi_modal_uuids to them. */
+    s->engine = in->kind == KVR_ENGINE_KIND_VLLM ? KVR_ENGINE_VLLM : KVR_ENGINE_SGLANG;
+    s->has_image_token_id = e->spec.has_image_token_id;
+    s->image_token_id = e->spec.image_token_id;
     reg->dp_rank = rk->dp_rank;
     reg->endpoint = rk->endpoint;
     reg->replay_endpoint = rk->replay_endpoint;
@@ -99,7 +105,7 @@ static void rank_registration(const kvr_engine *e, size_t k, kvr_registration *r
     reg->origin = KVR_ORIGIN_DISCOVERY;
 }
 
-static bool wanted(const kvr_engine *e, const kvr_applied *a, size_t n_desired)
+static bool wanted(const kvr_disc_engine *e, const kvr_applied *a, size_t n_desired)
 {
     if (!n_desired || a->worker_id != e->worker_id || strcmp(a->group, e->group) != 0)
         return false;
@@ -112,7 +118,7 @@ static bool wanted(const kvr_engine *e, const kvr_applied *a, size_t n_desired)
     return false;
 }
 
-static void drop_unwanted(kvr_discovery *d, kvr_engine *e, size_t n_desired)
+static void drop_unwanted(kvr_discovery *d, kvr_disc_engine *e, size_t n_desired)
 {
     for (size_t i = e->n_applied; i-- > 0;) {
         if (wanted(e, &e->applied[i], n_desired))
@@ -123,7 +129,7 @@ static void drop_unwanted(kvr_discovery *d, kvr_engine *e, size_t n_desired)
 }
 
 /* Writes rank k when it changed; returns false when the registry refused. */
-static bool write_rank(kvr_discovery *d, kvr_engine *e, size_t k)
+static bool write_rank(kvr_discovery *d, kvr_disc_engine *e, size_t k)
 {
     kvr_engine_rank_info *rk = &e->good.ranks[k];
     kvr_registration reg;
@@ -162,7 +168,7 @@ static bool write_rank(kvr_discovery *d, kvr_engine *e, size_t k)
     return true;
 }
 
-static void set_state(kvr_discovery *d, kvr_engine *e, bool keep, bool expired,
+static void set_state(kvr_discovery *d, kvr_disc_engine *e, bool keep, bool expired,
                       size_t failed, const kvr_engine_rank_info *first_failed)
 {
     kvr_engine_state old = e->state;
@@ -204,7 +210,7 @@ static void set_state(kvr_discovery *d, kvr_engine *e, bool keep, bool expired,
                kvr_engine_state_name(e->state), e->reason[0] ? ": " : "", e->reason);
 }
 
-void kvr_discovery_apply(kvr_discovery *d, kvr_engine *e, double now)
+void kvr_discovery_apply(kvr_discovery *d, kvr_disc_engine *e, double now)
 {
     bool had = e->good.info.valid;
     bool keep = had && (e->poll_ok || now - e->last_valid_at <= d->cfg.grace_s);

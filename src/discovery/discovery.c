@@ -162,7 +162,7 @@ kvr_discovery *kvr_discovery_create(kvr_registry *reg, const kvr_discovery_confi
     return d;
 }
 
-static void engine_free(kvr_engine *e)
+static void engine_free(kvr_disc_engine *e)
 {
     if (!e)
         return;
@@ -195,7 +195,7 @@ void kvr_discovery_destroy(kvr_discovery *d)
 
 /* ---- the engine list -------------------------------------------------------- */
 
-kvr_engine *kvr_discovery_find_uid(kvr_discovery *d, uint64_t uid)
+kvr_disc_engine *kvr_discovery_find_uid(kvr_discovery *d, uint64_t uid)
 {
     for (size_t i = 0; i < d->n_engines; i++)
         if (d->engines[i]->uid == uid)
@@ -224,10 +224,14 @@ static bool copy_name(char *dst, size_t cap, const char *src, const char *field,
 }
 
 /* The engine a spec describes (e->spec's strings point into e). */
-static bool spec_to_engine(const kvr_engine_spec *s, kvr_engine *e, char *err, size_t cap)
+static bool spec_to_engine(const kvr_engine_spec *s, kvr_disc_engine *e, char *err, size_t cap)
 {
     if ((unsigned)s->kind >= KVR_ENGINE_KIND_COUNT) {
         snprintf(err, cap, "field 'kind' must be \"auto\", \"sglang\" or \"vllm\"");
+        return false;
+    }
+    if (s->has_image_token_id && s->image_token_id >= KVR_WIDE_SENTINEL) {
+        snprintf(err, cap, "field 'image_token_id' must be below %u", KVR_WIDE_SENTINEL);
         return false;
     }
     if (s->block_size > KVR_MAX_BLOCK_SIZE || s->mm_identity < -1 ||
@@ -257,17 +261,19 @@ static bool spec_to_engine(const kvr_engine_spec *s, kvr_engine *e, char *err, s
     return true;
 }
 
-static bool same_spec(const kvr_engine *a, const kvr_engine *b)
+static bool same_spec(const kvr_disc_engine *a, const kvr_disc_engine *b)
 {
     const kvr_engine_spec *x = &a->spec, *y = &b->spec;
     return x->kind == y->kind && a->worker_id == b->worker_id &&
            strcmp(a->model_override, b->model_override) == 0 &&
            strcmp(a->group, b->group) == 0 && x->block_size == y->block_size &&
            x->mm_identity == y->mm_identity && x->accepts_mm_hashes == y->accepts_mm_hashes &&
+           x->has_image_token_id == y->has_image_token_id &&
+           (!x->has_image_token_id || x->image_token_id == y->image_token_id) &&
            x->origin == y->origin;
 }
 
-static void poll_soon(kvr_discovery *d, kvr_engine *e)
+static void poll_soon(kvr_discovery *d, kvr_disc_engine *e)
 {
     if (e->in_flight)
         e->repoll = true;
@@ -276,8 +282,8 @@ static void poll_soon(kvr_discovery *d, kvr_engine *e)
     pthread_cond_signal(&d->wake);
 }
 
-static kvr_discovery_result update_engine(kvr_discovery *d, kvr_engine *cur,
-                                          const kvr_engine *next)
+static kvr_discovery_result update_engine(kvr_discovery *d, kvr_disc_engine *cur,
+                                          const kvr_disc_engine *next)
 {
     if (same_spec(cur, next))
         return KVR_DISCOVERY_UNCHANGED;
@@ -307,7 +313,7 @@ kvr_discovery_result kvr_discovery_add(kvr_discovery *d, const kvr_engine_spec *
         err_cap = sizeof scratch;
     }
     err[0] = 0;
-    kvr_engine *e = calloc(1, sizeof *e);
+    kvr_disc_engine *e = calloc(1, sizeof *e);
     if (!e) {
         snprintf(err, err_cap, "out of memory");
         return KVR_DISCOVERY_NO_MEMORY;
@@ -319,7 +325,7 @@ kvr_discovery_result kvr_discovery_add(kvr_discovery *d, const kvr_engine_spec *
     pthread_mutex_lock(&d->mu);
     kvr_discovery_result res;
     size_t at = find_url(d, e->url);
-    const kvr_engine *twin = NULL;
+    const kvr_disc_engine *twin = NULL;
     for (size_t i = 0; i < d->n_engines && !twin; i++)
         if (i != at && d->engines[i]->worker_id == e->worker_id)
             twin = d->engines[i];
@@ -358,7 +364,7 @@ kvr_discovery_result kvr_discovery_add(kvr_discovery *d, const kvr_engine_spec *
 
 static size_t remove_at(kvr_discovery *d, size_t at)
 {
-    kvr_engine *e = d->engines[at];
+    kvr_disc_engine *e = d->engines[at];
     size_t n = kvr_discovery_unapply(d, e);
     memmove(&d->engines[at], &d->engines[at + 1], (d->n_engines - at - 1) * sizeof *d->engines);
     d->n_engines--;
@@ -428,7 +434,7 @@ bool kvr_discovery_wait_poll(kvr_discovery *d, const char *url, double timeout_s
     size_t at = find_url(d, norm);
     bool done = false;
     if (at != SIZE_MAX) {
-        kvr_engine *e = d->engines[at];
+        kvr_disc_engine *e = d->engines[at];
         uint64_t uid = e->uid, want = e->polls_started + 1;
         poll_soon(d, e);
         while (!atomic_load(&d->stop) && kvr_clock_mono() < end) {
@@ -448,7 +454,7 @@ bool kvr_discovery_wait_poll(kvr_discovery *d, const char *url, double timeout_s
 
 static double since(double now, double t) { return t > 0 ? now - t : -1; }
 
-static bool engine_info(const kvr_engine *e, double now, kvr_engine_info *out)
+static bool engine_info(const kvr_disc_engine *e, double now, kvr_engine_info *out)
 {
     memset(out, 0, sizeof *out);
     memcpy(out->url, e->url, sizeof out->url);

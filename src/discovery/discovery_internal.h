@@ -220,7 +220,7 @@ typedef struct {
     kvr_reading good;         /* the last valid answer (info.valid) */
     kvr_applied *applied;     /* discovery's registrations in place */
     size_t n_applied, cap_applied;
-} kvr_engine;
+} kvr_disc_engine;
 
 struct kvr_discovery {
     kvr_registry *reg;
@@ -228,7 +228,7 @@ struct kvr_discovery {
     pthread_mutex_t mu;
     pthread_cond_t wake;   /* the poll thread: something to do */
     pthread_cond_t polled; /* waiters: a poll finished */
-    kvr_engine **engines;  /* in the order added */
+    kvr_disc_engine **engines;  /* in the order added */
     size_t n_engines, cap_engines;
     uint64_t next_uid;
     kvr_discovery_counters c;
@@ -252,11 +252,11 @@ static inline void kvr_discovery_deadline(struct timespec *ts, double secs)
 /* apply.c, with d->mu held: makes e's registrations what its state implies
  * (e->good while it is valid and within grace, none otherwise); the
  * engine's state and per-rank results are updated. */
-void kvr_discovery_apply(kvr_discovery *d, kvr_engine *e, double now);
+void kvr_discovery_apply(kvr_discovery *d, kvr_disc_engine *e, double now);
 /* Removes every registration discovery made for e; returns the ranks. */
-size_t kvr_discovery_unapply(kvr_discovery *d, kvr_engine *e);
+size_t kvr_discovery_unapply(kvr_discovery *d, kvr_disc_engine *e);
 
 /* discovery.c */
-kvr_engine *kvr_discovery_find_uid(kvr_discovery *d, uint64_t uid);
+kvr_disc_engine *kvr_discovery_find_uid(kvr_discovery *d, uint64_t uid);
 
 #endif

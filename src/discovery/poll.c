@@ -15,7 +15,7 @@
 
 /* What the engine's entry makes of a valid reading: a publishing engine
  * needs a model and a block size from it or from the entry. */
-static bool complete(const kvr_engine *e, const kvr_reading *r, char *err, size_t cap)
+static bool complete(const kvr_disc_engine *e, const kvr_reading *r, char *err, size_t cap)
 {
     if (!r->info.publishes)
         return true;
@@ -34,7 +34,7 @@ static bool complete(const kvr_engine *e, const kvr_reading *r, char *err, size_
     return true;
 }
 
-static void store(kvr_discovery *d, kvr_engine *e, kvr_probe *p, double now)
+static void store(kvr_discovery *d, kvr_disc_engine *e, kvr_probe *p, double now)
 {
     e->polls++;
     e->last_poll_at = now;
@@ -80,7 +80,7 @@ static kvr_probe *due_probes(kvr_discovery *d, double now, size_t *n, double *ne
     *next = now + d->cfg.poll_s;
     size_t due = 0;
     for (size_t i = 0; i < d->n_engines; i++) {
-        kvr_engine *e = d->engines[i];
+        kvr_disc_engine *e = d->engines[i];
         if (e->next_poll_at <= now && !e->in_flight)
             due++;
         else if (!e->in_flight && e->next_poll_at < *next)
@@ -94,7 +94,7 @@ static kvr_probe *due_probes(kvr_discovery *d, double now, size_t *n, double *ne
         return NULL;
     }
     for (size_t i = 0; i < d->n_engines; i++) {
-        kvr_engine *e = d->engines[i];
+        kvr_disc_engine *e = d->engines[i];
         if (e->next_poll_at > now || e->in_flight)
             continue;
         kvr_engine_kind want = e->spec.kind != KVR_ENGINE_KIND_AUTO ? e->spec.kind : e->detected;
@@ -109,7 +109,7 @@ static void finish_probes(kvr_discovery *d, kvr_probe *ps, size_t n)
 {
     double now = kvr_clock_mono();
     for (size_t i = 0; i < n; i++) {
-        kvr_engine *e = kvr_discovery_find_uid(d, ps[i].uid);
+        kvr_disc_engine *e = kvr_discovery_find_uid(d, ps[i].uid);
         if (e) {
             e->in_flight = false;
             store(d, e, &ps[i], now);

@@ -20,7 +20,7 @@ kvr_discovery *kvr_server_discovery(kvr_server *srv) { return srv->discovery; }
 
 static const char *const engine_keys[] = {"url",        "kind",          "instance_id",
                                           "model_name", "routing_group", "block_size",
-                                          "mm_identity", "accepts_mm_hashes"};
+                                          "mm_identity", "accepts_mm_hashes", "image_token_id"};
 
 static bool known_keys(json_t *obj, kvr_json_err *e)
 {
@@ -34,7 +34,8 @@ static bool known_keys(json_t *obj, kvr_json_err *e)
         if (!known) {
             snprintf(e->msg, sizeof e->msg,
                      "field '%.60s' is not an engine field (url, kind, instance_id, model_name, "
-                     "routing_group, block_size, mm_identity, accepts_mm_hashes)",
+                     "routing_group, block_size, mm_identity, accepts_mm_hashes, "
+                     "image_token_id)",
                      key);
             return false;
         }
@@ -45,7 +46,7 @@ static bool known_keys(json_t *obj, kvr_json_err *e)
 static bool parse_object(json_t *obj, kvr_engine_spec *s, kvr_json_err *e)
 {
     const char *kind = NULL, *mm = NULL;
-    uint64_t bs = 0;
+    uint64_t bs = 0, itid = UINT64_MAX;
     bool accepts = false, accepts_set = false;
     if (!known_keys(obj, e) ||
         !kvr_json_get_str(obj, "url", true, true, KVR_ENGINE_URL_MAX, &s->url, e) ||
@@ -55,8 +56,11 @@ static bool parse_object(json_t *obj, kvr_engine_spec *s, kvr_json_err *e)
                           e) ||
         !kvr_json_get_uint(obj, "block_size", false, 1, KVR_MAX_BLOCK_SIZE, &bs, e) ||
         !kvr_json_get_str(obj, "mm_identity", false, true, 32, &mm, e) ||
-        !kvr_json_get_bool(obj, "accepts_mm_hashes", &accepts_set, &accepts, e))
+        !kvr_json_get_bool(obj, "accepts_mm_hashes", &accepts_set, &accepts, e) ||
+        !kvr_json_get_uint(obj, "image_token_id", false, 0, KVR_WIDE_SENTINEL - 1, &itid, e))
         return false;
+    s->has_image_token_id = itid != UINT64_MAX;
+    s->image_token_id = s->has_image_token_id ? (uint32_t)itid : 0;
     json_t *id = json_object_get(obj, "instance_id");
     if (id && !json_is_null(id)) {
         if (!kvr_json_get_u64(obj, "instance_id", true, &s->instance_id, e))

@@ -222,9 +222,9 @@ static void test_sglang_two_dp_ranks_are_found_and_indexed(void **state)
     json_t *disc = json_object_get(wk, "discovery");
     assert_string_equal(json_string_value(json_object_get(disc, "url")), w.m.url);
     assert_string_equal(json_string_value(json_object_get(disc, "state")), "indexed");
-    assert_string_equal(json_string_value(json_object_get(json_object_get(wk, "capabilities"),
-                                                          "mm_identity")),
-                        "legacy");
+    json_t *caps = json_object_get(wk, "capabilities");
+    assert_string_equal(json_string_value(json_object_get(caps, "mm_identity")), "legacy");
+    assert_string_equal(json_string_value(json_object_get(caps, "engine")), "sglang");
     json_decref(all);
     world_stop(&w);
 }
@@ -296,6 +296,8 @@ static void test_vllm_sources_metrics_and_models(void **state)
     free(metrics);
     free(models);
     kvr_engine_spec e = spec_of(m.url);
+    e.has_image_token_id = true; /* Qwen-VL's placeholder: the entry says it */
+    e.image_token_id = 151655;
     srv_t s;
     start(&s, &e, 1, 30, 0);
     wait_state(&s, m.url, "indexed");
@@ -305,6 +307,9 @@ static void test_vllm_sources_metrics_and_models(void **state)
     assert_non_null(w);
     assert_string_equal(json_string_value(json_object_get(w, "model_name")), model);
     assert_int_equal(json_integer_value(json_object_get(w, "block_size")), BS);
+    json_t *caps = json_object_get(w, "capabilities");
+    assert_string_equal(json_string_value(json_object_get(caps, "engine")), "vllm");
+    assert_int_equal(json_integer_value(json_object_get(caps, "image_token_id")), 151655);
     assert_string_equal(
         json_string_value(json_object_get(json_object_get(w, "discovery"), "kind")), "vllm");
     json_decref(all);
@@ -525,9 +530,10 @@ static void test_post_and_delete_engines(void **state)
     /* Bad entries name the field; the engine limit names itself. */
     const char *bad[] = {"{}", "{\"url\": \"ftp://x\"}", "{\"url\": \"http://h:1\", \"kind\": 3}",
                          "{\"url\": \"http://h:1\", \"colour\": 1}",
-                         "{\"url\": \"http://h:1\", \"kind\": \"tgi\"}"};
-    const char *field[] = {"url", "url", "kind", "colour", "kind"};
-    for (int k = 0; k < 5; k++) {
+                         "{\"url\": \"http://h:1\", \"kind\": \"tgi\"}",
+                         "{\"url\": \"http://h:1\", \"image_token_id\": 4294967295}"};
+    const char *field[] = {"url", "url", "kind", "colour", "kind", "image_token_id"};
+    for (int k = 0; k < 6; k++) {
         r = th_json("POST", s.base, "/engines", bad[k], &st);
         assert_int_equal(st, 400);
         assert_non_null(strstr(json_string_value(json_object_get(r, "error")), field[k]));
