@@ -22,6 +22,7 @@ typedef struct {
     char path[64];
     int status;
     char *body;
+    int delay_ms; /* answer this late (a slow engine) */
 } mh_route;
 
 typedef struct {
@@ -45,15 +46,18 @@ static enum MHD_Result mh_answer(void *cls, struct MHD_Connection *conn, const c
     (void)con_cls;
     mock_http *m = cls;
     atomic_fetch_add(&m->hits, 1);
-    int status = 404;
+    int status = 404, delay_ms = 0;
     char *body = NULL;
     pthread_mutex_lock(&m->mu);
     for (size_t i = 0; i < m->n; i++)
         if (strcmp(m->routes[i].path, url) == 0) {
             status = m->routes[i].status;
+            delay_ms = m->routes[i].delay_ms;
             body = strdup(m->routes[i].body ? m->routes[i].body : "");
         }
     pthread_mutex_unlock(&m->mu);
+    if (delay_ms)
+        th_sleep_ms(delay_ms); /* a thread per connection: only this one waits */
     if (!body)
         body = strdup("{\"detail\": \"Not Found\"}");
     struct MHD_Response *r =
@@ -71,7 +75,8 @@ static inline void mock_http_start_on(mock_http *m, int port)
     sa.sin_family = AF_INET;
     sa.sin_port = htons((uint16_t)port);
     inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    m->d = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD, (uint16_t)port, NULL, NULL, mh_answer,
+    m->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION,
+                            (uint16_t)port, NULL, NULL, mh_answer,
                             m, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_END);
     assert_non_null(m->d);
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(m->d, MHD_DAEMON_INFO_BIND_PORT);
@@ -97,8 +102,10 @@ static inline void mock_http_pause(mock_http *m)
     m->d = NULL;
 }
 
-/* Sets path's answer (body copied; NULL body: remove the route -> 404). */
-static inline void mock_http_set(mock_http *m, const char *path, int status, const char *body)
+/* Sets path's answer (body copied; NULL body: remove the route -> 404),
+ * given after delay_ms. */
+static inline void mock_http_set_slow(mock_http *m, const char *path, int status,
+                                      const char *body, int delay_ms)
 {
     pthread_mutex_lock(&m->mu);
     size_t i = 0;
@@ -112,7 +119,13 @@ static inline void mock_http_set(mock_http *m, const char *path, int status, con
     free(m->routes[i].body);
     m->routes[i].body = body ? strdup(body) : NULL;
     m->routes[i].status = body ? status : 404;
+    m->routes[i].delay_ms = delay_ms;
     pthread_mutex_unlock(&m->mu);
+}
+
+static inline void mock_http_set(mock_http *m, const char *path, int status, const char *body)
+{
+    mock_http_set_slow(m, path, status, body, 0);
 }
 
 static inline void mock_http_stop(mock_http *m)

@@ -22,20 +22,25 @@ typedef struct {
     char base[64];
 } srv_t;
 
-static void start(srv_t *s, const kvr_engine_spec *engines, size_t n, double grace_s,
-                  size_t max_engines)
+static void start_with(srv_t *s, const kvr_engine_spec *engines, size_t n,
+                       const kvr_discovery_config *dc)
 {
     kvr_server_config cfg;
     kvr_server_config_default(&cfg);
     cfg.port = 0;
     cfg.engines = engines;
     cfg.n_engines = n;
-    cfg.discovery.poll_s = 0.1;
-    cfg.discovery.grace_s = grace_s;
-    cfg.discovery.timeout_s = 2;
-    cfg.discovery.max_engines = max_engines;
+    cfg.discovery = *dc;
     s->srv = th_server_start(&cfg, s->base, sizeof s->base);
     assert_non_null(s->srv);
+}
+
+static void start(srv_t *s, const kvr_engine_spec *engines, size_t n, double grace_s,
+                  size_t max_engines)
+{
+    kvr_discovery_config dc = {.poll_s = 0.1, .grace_s = grace_s, .timeout_s = 2,
+                               .max_engines = max_engines};
+    start_with(s, engines, n, &dc);
 }
 
 static kvr_engine_spec spec_of(const char *url)
@@ -591,6 +596,52 @@ static void test_post_and_delete_engines(void **state)
     mock_pubs_stop(&p);
 }
 
+/* Every request has a deadline and a body limit: an engine that answers
+ * too late or too much fails its own poll, and the others are polled (and
+ * indexed) meanwhile. */
+static void test_slow_and_oversized_answers_fail_alone(void **state)
+{
+    (void)state;
+    mock_pubs p;
+    mock_pubs_start(&p, 1);
+    mock_http good, slow, big;
+    mock_sglang_engine(&good, &p, "sglang_server_info_dp2.json", "sglang_model_info_qwen.json", 1,
+                       NULL);
+    mock_sglang_engine(&slow, &p, "sglang_server_info_dp2.json", "sglang_model_info_qwen.json", 1,
+                       NULL);
+    char *si = mock_sglang_info("sglang_server_info_dp2.json", "*", p.base, 1, 0, NULL);
+    mock_http_set_slow(&slow, "/server_info", 200, si, 1500);
+    free(si);
+    mock_http_start(&big);
+    char huge[8192];
+    memset(huge, ' ', sizeof huge - 3);
+    memcpy(huge, "{}", 2);
+    huge[sizeof huge - 1] = 0;
+    mock_http_set(&big, "/server_info", 200, huge);
+    kvr_engine_spec e[3] = {spec_of(slow.url), spec_of(big.url), spec_of(good.url)};
+    kvr_discovery_config dc = {.poll_s = 0.1, .grace_s = 30, .timeout_s = 0.3,
+                               .max_response_bytes = 4096};
+    srv_t s;
+    start_with(&s, e, 3, &dc);
+    wait_state(&s, good.url, "indexed");
+    wait_state(&s, slow.url, "unreachable");
+    wait_state(&s, big.url, "unreachable");
+    json_t *r, *en = engine_get(&s, slow.url, &r);
+    assert_non_null(strstr(json_string_value(json_object_get(en, "last_error")), "timed out"));
+    json_decref(r);
+    en = engine_get(&s, big.url, &r);
+    assert_non_null(strstr(json_string_value(json_object_get(en, "last_error")),
+                           "larger than 4096 bytes"));
+    json_decref(r);
+    /* The good one kept being polled while the slow one timed out. */
+    wait_polls(&s, good.url, 5);
+    kvr_server_stop(s.srv);
+    mock_http_stop(&slow);
+    mock_http_stop(&big);
+    mock_http_stop(&good);
+    mock_pubs_stop(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -602,6 +653,7 @@ int main(void)
         cmocka_unit_test(test_stopped_engine_is_unregistered_after_the_grace_period),
         cmocka_unit_test(test_kv_events_null_invalid_answers_and_conflicts_are_reported),
         cmocka_unit_test(test_post_and_delete_engines),
+        cmocka_unit_test(test_slow_and_oversized_answers_fail_alone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
