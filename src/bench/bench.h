@@ -92,6 +92,16 @@ typedef struct {
     double conc_match_p50_us, conc_match_p99_us;
     uint64_t reader_waits;
     double reader_wait_total_ms, reader_wait_max_us;
+    /* what the writer did meanwhile: its longest events (a reader's longest
+     * wait is one of them, or the writer losing its core) */
+    uint64_t writer_events_over_1ms, writer_page_faults;
+    double writer_sys_seconds;
+    struct {
+        double us;
+        uint8_t kind;
+        uint32_t n;
+        size_t op;
+    } writer_longest[3];
 } kvr_bench_result;
 
 int kvr_bench_replay(const kvr_bench_stream *s, kvr_bench_result *r);

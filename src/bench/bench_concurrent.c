@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "util/clock.h"
@@ -55,6 +56,24 @@ static void *reader_main(void *p)
     return NULL;
 }
 
+/* Keeps the writer's three longest events (microseconds, under the lock). */
+static void note_event(kvr_bench_result *r, const kvr_bench_stream *s, size_t op, double us)
+{
+    if (us >= 1000)
+        r->writer_events_over_1ms++;
+    int k = 3;
+    while (k > 0 && us > r->writer_longest[k - 1].us)
+        k--;
+    if (k == 3)
+        return;
+    memmove(&r->writer_longest[k + 1], &r->writer_longest[k],
+            (size_t)(2 - k) * sizeof r->writer_longest[0]);
+    r->writer_longest[k].us = us;
+    r->writer_longest[k].kind = s->ops[op].kind;
+    r->writer_longest[k].n = s->ops[op].n;
+    r->writer_longest[k].op = op;
+}
+
 int kvr_bench_replay_concurrent(const kvr_bench_stream *s, int threads, kvr_bench_result *r)
 {
     r->threads = threads;
@@ -84,16 +103,26 @@ int kvr_bench_replay_concurrent(const kvr_bench_stream *s, int threads, kvr_benc
     uint64_t events = 0;
     /* One writer holding the lock across slices of events, handing it to
      * waiting matches between events, as the facade applies a batch. */
+    struct rusage u0, u1;
+    getrusage(RUSAGE_THREAD, &u0);
+    memset(r->writer_longest, 0, sizeof r->writer_longest);
+    r->writer_events_over_1ms = 0;
     kvr_index_write_begin(idx);
     uint64_t slice = kvr_index_now_ns();
     for (size_t i = 0; i < s->n; i++)
         if (s->ops[i].kind != KVR_BOP_MATCH) {
+            uint64_t a = kvr_index_now_ns();
             kvr_bench_apply_event(idx, s, &s->ops[i], owners[i], true, &scratch);
+            note_event(r, s, i, (double)(kvr_index_now_ns() - a) / 1e3);
             events++;
             kvr_index_write_yield(idx, &slice);
         }
     kvr_index_write_end(idx);
     double ingest = kvr_clock_seconds(CLOCK_MONOTONIC) - t0;
+    getrusage(RUSAGE_THREAD, &u1);
+    r->writer_page_faults = (uint64_t)(u1.ru_minflt - u0.ru_minflt);
+    r->writer_sys_seconds = (double)(u1.ru_stime.tv_sec - u0.ru_stime.tv_sec) +
+                            (double)(u1.ru_stime.tv_usec - u0.ru_stime.tv_usec) * 1e-6;
     atomic_store(&done, true);
     size_t nl = 0;
     uint64_t matches = 0;

@@ -204,6 +204,17 @@ int kvr_cmd_bench(int argc, char **argv)
                r.threads, r.conc_events_per_s, r.conc_matches_per_s, r.threads - 1,
                r.conc_match_p50_us, r.conc_match_p99_us, r.reader_waits,
                r.reader_wait_total_ms, r.reader_wait_max_us);
+    if (threads > 1) {
+        static const char *const kinds[] = {"store", "remove", "clear", "match"};
+        printf("            writer: %" PRIu64 " events over 1 ms, %" PRIu64
+               " page faults, %.3f s in the kernel; longest events:",
+               r.writer_events_over_1ms, r.writer_page_faults, r.writer_sys_seconds);
+        for (int k = 0; k < 3 && r.writer_longest[k].us > 0; k++)
+            printf(" %.0f us (%s of %" PRIu32 ", op %zu)", r.writer_longest[k].us,
+                   kinds[r.writer_longest[k].kind & 3], r.writer_longest[k].n,
+                   r.writer_longest[k].op);
+        printf("\n");
+    }
     bool pipe_ok = !pipeline || (pr.checksum == r.checksum && pr.matches == r.matches);
     if (pipeline) {
         printf("pipeline    %" PRIu64 " msgpack batches (%.1f MB), %" PRIu64 " events, %" PRIu64
@@ -232,9 +243,11 @@ int kvr_cmd_bench(int argc, char **argv)
     if (threads > 1)
         printf(", \"threads\": %d, \"concurrent_events_per_s\": %.0f, "
                "\"concurrent_matches_per_s\": %.0f, \"concurrent_match_p99_us\": %.3f, "
-               "\"reader_waits\": %" PRIu64 ", \"reader_wait_max_us\": %.1f",
+               "\"reader_waits\": %" PRIu64 ", \"reader_wait_max_us\": %.1f, "
+               "\"writer_longest_event_us\": %.1f, \"writer_events_over_1ms\": %" PRIu64,
                r.threads, r.conc_events_per_s, r.conc_matches_per_s, r.conc_match_p99_us,
-               r.reader_waits, r.reader_wait_max_us);
+               r.reader_waits, r.reader_wait_max_us, r.writer_longest[0].us,
+               r.writer_events_over_1ms);
     if (pipeline)
         printf(", \"pipeline_events_per_s\": %.0f, \"pipeline_blocks_per_s\": %.0f, "
                "\"pipeline_events_per_cpu_s\": %.0f, \"pipeline_blocks_per_cpu_s\": %.0f, "

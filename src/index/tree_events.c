@@ -60,7 +60,7 @@ static size_t append(kvr_index *idx, uint32_t owner, uint32_t entry, uint32_t *c
         return 0;
     }
     size_t j = 0;
-    for (; j < n; j++) {
+    while (j < n) {
         uint32_t b = kvr_tree_block_new(idx, p + 1);
         if (!b) {
             *oom = true;
@@ -86,6 +86,37 @@ static size_t append(kvr_index *idx, uint32_t owner, uint32_t entry, uint32_t *c
         idx->ownerships++;
         idx->owners[owner].blocks++;
         p = b;
+        j++;
+        /* b's run is now the owner's alone with this entry and ends at b
+         * with nothing below: the next blocks extend it while the next id
+         * is free */
+        uint32_t r = KVR_RUNOF(idx, p);
+        kvr_run *R = &KVR_RUN(idx, r);
+        size_t j0 = j;
+        bool held = false;
+        while (j < n && kvr_ids_take(&idx->block_ids, p + 1)) {
+            b = p + 1;
+            if (b >= idx->n_bchunks * KVR_CHUNK && kvr_tree_sync_chunks(idx) < 0) {
+                kvr_ids_put(&idx->block_ids, b);
+                *oom = true;
+                break;
+            }
+            KVR_LOCAL(idx, b) = l[j];
+            KVR_ENGINE(idx, b) = e[j];
+            if (kvr_tree_engine_add(idx, owner, b) != KVR_NIL) {
+                kvr_ids_put(&idx->block_ids, b);
+                held = true;
+                break;
+            }
+            KVR_RUNOF(idx, b) = r;
+            R->len++;
+            p = b;
+            j++;
+        }
+        idx->ownerships += j - j0;
+        idx->owners[owner].blocks += j - j0;
+        if (*oom || held)
+            break;
     }
     *cur = p;
     return j;
@@ -243,6 +274,16 @@ size_t kvr_index_remove_locked(kvr_index *idx, kvr_owner owner, kvr_tier tier,
     uint32_t bit = 1u << tier;
     pending g = {0};
     for (size_t i = 0; i < n; i++) {
+        /* Leaf first, the next hash usually names the block before the
+         * range in its run: the owner calls it by its creator hash (the
+         * run's entry is no exception), so that is the one block it names
+         * so, found without a lookup. */
+        if (g.n && g.lo > KVR_RUN(idx, g.run).start && !(g.entry & KVR_OSET_EXC) &&
+            KVR_ENGINE(idx, g.lo - 1) == engine_hashes[i]) {
+            g.lo--;
+            g.n++;
+            continue;
+        }
         if (i + REMOVE_AHEAD < n)
             kvr_idtab_prefetch(&idx->engine, kvr_engine_fp(engine_hashes[i + REMOVE_AHEAD]));
         uint32_t entry, b = kvr_tree_lookup(idx, owner, engine_hashes[i], &entry);
