@@ -25,7 +25,9 @@ typedef struct {
     int port;                  /* 0 -> ephemeral (see kvr_server_port); -1 -> 8090 */
     size_t max_body;           /* 0 -> 8 MiB; larger bodies get 413 */
     unsigned http_threads;     /* 0 -> 2 */
-    const char *const *peers;  /* base URLs whose /dump is loaded before listening */
+    /* Peers tried in order for recovery before HTTP starts, the first one
+     * that answers wins (kvr_server_recover_from_peer); they seed GET /peers. */
+    const char *const *peers;
     size_t n_peers;
     kvr_source_config source;  /* zeros -> defaults */
     kvr_router_config router;  /* filled by kvr_server_config_default */
@@ -126,10 +128,23 @@ kvr_registry *kvr_server_registry(kvr_server *srv);
  * err holds the reason (naming the field), else err is "". */
 int kvr_server_register_json(kvr_server *srv, const char *body, char *err, size_t err_len);
 
-/* Peer recovery: load one /dump body (JSON lines or a JSON array of store
- * records). Returns the number of records applied, -1 on a parse error. */
+/* Loads one GET /dump body into the indexes, in any form it comes: Dynamo's
+ * object (Dynamo's own or kvrouter's), kvrouter's JSON lines, or its older
+ * JSON array. Only the content: registrations and cursors are for
+ * kvr_server_recover_from_peer. Returns the store records applied, or -1
+ * when the text is not a dump (err says why; records skipped for a bad
+ * field are counted and logged, not an error). */
 long kvr_server_load_dump(kvr_server *srv, const char *text, size_t len, char *err,
                           size_t err_len);
+
+/* Recovery from one peer replica, SPEC §10 (--peers at start, and the
+ * cluster layer for the peer it finds): registers the peer's workers (origin
+ * peer) with their listeners held, waits for them to connect, loads the
+ * peer's dump and releases each listener at the cursor the dump gives it, so
+ * the replica ends equal to its peer while engines keep publishing. 0, or -1
+ * with err (the peer could not be read; registrations already made stay,
+ * listeners are released without cursors). Not while another recovery runs. */
+int kvr_server_recover_from_peer(kvr_server *srv, const char *url, char *err, size_t err_len);
 
 #ifdef __cplusplus
 }

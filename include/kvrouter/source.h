@@ -194,7 +194,9 @@ size_t kvr_source_count(kvr_source *src, kvr_worker *w);
 /* Peer recovery (SPEC §10), one mechanism for --peers and the cluster layer:
  * 1. kvr_source_hold: every listener, and every one created until the
  *    release, buffers its live messages (bounded as replay buffers are)
- *    and applies nothing.
+ *    and applies nothing; one that already applied part of its stream is
+ *    cleared (the dump replaces that state: two states at two sequence
+ *    numbers merged would keep blocks one of them removed).
  * 2. The caller registers the peer's workers (their listeners subscribe and
  *    buffer), waits for them to connect, then loads the peer's dump.
  * 3. kvr_source_release_one for each listener the dump has a cursor for,

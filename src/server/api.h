@@ -14,10 +14,20 @@
 typedef struct kvr_server kvr_server;
 struct kvr_router; /* include/kvrouter/route.h */
 
+/* A streamed body: read fills buf with up to max bytes and returns how many
+ * (0 is not allowed), -1 at the end, -2 on an error (the connection is cut);
+ * done is called once when the core no longer needs the stream. */
+typedef struct {
+    long (*read)(void *user, char *buf, size_t max);
+    void (*done)(void *user);
+    void *user;
+} kvr_api_stream;
+
 typedef struct {
     int status;       /* HTTP status */
     json_t *body;     /* reply JSON (core decrefs), or NULL when text is set */
     char *text;       /* malloc'd non-JSON body (e.g. /metrics), core frees */
+    kvr_api_stream stream; /* set (read != NULL): the body, written as the client reads it */
     const char *content_type;
 } kvr_api_reply;
 

@@ -1,4 +1,4 @@
-/* POST /query_by_hash, GET /dump, GET /health. */
+/* POST /query_by_hash, GET /health. */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -95,61 +95,6 @@ void kvr_api_query_by_hash(kvr_server *srv, json_t *body, kvr_api_reply *reply)
         return;
     }
     reply->status = 200;
-}
-
-typedef struct {
-    kvr_sbuf buf;
-    bool array;
-    size_t n;
-} dump_ctx;
-
-static void dump_one(void *user, const char *model, const char *group, const kvr_dump_store *ev)
-{
-    dump_ctx *d = user;
-    kvr_sbuf *b = &d->buf;
-    if (d->array)
-        kvr_sbuf_append(b, d->n ? ",\n" : "\n", d->n ? 2 : 1);
-    kvr_sbuf_append(b, "{\"model\":", 9);
-    kvr_sbuf_json_str(b, model);
-    kvr_sbuf_append(b, ",\"group\":", 9);
-    kvr_sbuf_json_str(b, group);
-    kvr_sbuf_printf(b, ",\"worker\":\"%" PRIu64 "\",\"rank\":%" PRIu32 ",\"tier\":\"%s\",",
-                    ev->worker_id, ev->dp_rank, kvr_tier_name(ev->tier));
-    if (ev->has_parent)
-        kvr_sbuf_printf(b, "\"parent\":\"%" PRIu64 "\",\"blocks\":[", ev->parent);
-    else
-        kvr_sbuf_append(b, "\"parent\":null,\"blocks\":[", 24);
-    for (size_t i = 0; i < ev->n; i++)
-        kvr_sbuf_printf(b, "%s[\"%" PRIu64 "\",\"%" PRIu64 "\"]", i ? "," : "",
-                        ev->engine_hashes[i], ev->local_hashes[i]);
-    kvr_sbuf_append(b, d->array ? "]}" : "]}\n", d->array ? 2 : 3);
-    d->n++;
-}
-
-void kvr_api_dump(kvr_server *srv, json_t *body, kvr_api_reply *reply)
-{
-    const char *fmt = json_string_value(json_object_get(body, "format"));
-    dump_ctx d;
-    memset(&d, 0, sizeof d);
-    if (fmt && strcmp(fmt, "array") != 0 && strcmp(fmt, "lines") != 0) {
-        kvr_api_error(reply, 400, "argument 'format' must be \"lines\" or \"array\"");
-        return;
-    }
-    d.array = fmt && strcmp(fmt, "array") == 0;
-    kvr_sbuf_append(&d.buf, "", 0);
-    if (d.array)
-        kvr_sbuf_append(&d.buf, "[", 1);
-    kvr_indexer_dump(srv->ix, dump_one, &d);
-    if (d.array)
-        kvr_sbuf_append(&d.buf, "\n]\n", 3);
-    if (d.buf.failed || !d.buf.data) {
-        free(d.buf.data);
-        kvr_api_error(reply, 500, "out of memory building the dump");
-        return;
-    }
-    reply->status = 200;
-    reply->text = d.buf.data;
-    reply->content_type = d.array ? "application/json" : "application/x-ndjson";
 }
 
 void kvr_api_health(kvr_server *srv, json_t *body, kvr_api_reply *reply)

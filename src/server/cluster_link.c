@@ -139,15 +139,13 @@ bool kvr_server_recover_from_cluster(kvr_server *srv)
         const char *url = peers[i].url;
         if (!peer_ready(url))
             continue;
-        char e[256];
-        long records = kvr_server_fetch_peer(srv, url, e, sizeof e);
-        if (records < 0) {
+        char e[320];
+        if (kvr_server_recover_from_peer(srv, url, e, sizeof e) != 0) {
             kvr_log(KVR_LOG_WARN, "cluster: peer %s: %s", url, e);
             continue;
         }
-        snprintf(srv->peer_url, sizeof srv->peer_url, "%s", url);
-        srv->peer_records = records;
-        kvr_log(KVR_LOG_INFO, "cluster: recovered %ld store records from peer %s", records, url);
+        kvr_log(KVR_LOG_INFO, "cluster: recovered %ld store records from peer %s",
+                srv->peer_records, url);
         return true;
     }
     if (n)

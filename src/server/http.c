@@ -84,6 +84,9 @@ const kvr_endpoint_def kvr_endpoint_table[] = {
     {"GET", "/engines", kvr_api_engines_get, NULL, NULL, KVR_ACCESS_ADMIN, true},
     {"POST", "/engines", kvr_api_engines_post, NULL, NULL, KVR_ACCESS_ADMIN, true},
     {"DELETE", "/engines", kvr_api_engines_delete, NULL, NULL, KVR_ACCESS_ADMIN, true},
+    {"POST", "/register_peer", kvr_api_register_peer, NULL, NULL, KVR_ACCESS_ADMIN, true},
+    {"POST", "/deregister_peer", kvr_api_deregister_peer, NULL, NULL, KVR_ACCESS_ADMIN, true},
+    {"GET", "/peers", kvr_api_peers, NULL, NULL, KVR_ACCESS_OPEN, true},
 };
 const size_t kvr_endpoint_table_len = sizeof kvr_endpoint_table / sizeof kvr_endpoint_table[0];
 
@@ -116,10 +119,59 @@ static void observe(kvr_endpoint *e, double secs, int status)
         atomic_fetch_add_explicit(&e->status_5xx, 1, memory_order_relaxed);
 }
 
-/* Queues the reply; *bytes gets the body length. */
+/* A streamed reply: the handler's reader behind libmicrohttpd's, which
+ * calls it only when the socket can take more, so a slow client costs the
+ * stream's own state, never a whole body. */
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    kvr_api_stream *s = cls;
+    long n = s->read(s->user, buf, max);
+    return n > 0 ? (ssize_t)n : n == -1 ? MHD_CONTENT_READER_END_OF_STREAM
+                                        : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void stream_free(void *cls)
+{
+    kvr_api_stream *s = cls;
+    if (s->done)
+        s->done(s->user);
+    free(s);
+}
+
+#define KVR_STREAM_BLOCK (64 * 1024)
+
+static enum MHD_Result send_stream(struct MHD_Connection *conn, kvr_api_reply *reply)
+{
+    kvr_api_stream *s = malloc(sizeof *s);
+    if (!s) {
+        reply->stream.done(reply->stream.user);
+        reply->stream.read = NULL;
+        return MHD_NO;
+    }
+    *s = reply->stream;
+    reply->stream.read = NULL; /* the response owns it now */
+    struct MHD_Response *resp = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, KVR_STREAM_BLOCK, stream_read, s, stream_free);
+    if (!resp) {
+        stream_free(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            reply->content_type ? reply->content_type : "application/json");
+    enum MHD_Result r = MHD_queue_response(conn, (unsigned)reply->status, resp);
+    MHD_destroy_response(resp);
+    return r;
+}
+
+/* Queues the reply; *bytes gets the body length (0 for a stream: unknown
+ * when it starts). */
 static enum MHD_Result send_reply(struct MHD_Connection *conn, kvr_api_reply *reply,
                                   size_t *bytes)
 {
+    *bytes = 0;
+    if (reply->stream.read)
+        return send_stream(conn, reply);
     char *text = reply->text;
     const char *ctype = reply->content_type;
     if (!text) {
@@ -305,6 +357,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         log_access(srv, conn, url, method, rc, reply.status, bytes);
     json_decref(reply.body);
     free(reply.text);
+    if (reply.stream.read && reply.stream.done)
+        reply.stream.done(reply.stream.user); /* never queued */
     return r;
 }
 

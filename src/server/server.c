@@ -10,7 +10,6 @@
 #include "server/server_internal.h"
 #include "util/grow.h"
 
-
 kvr_indexer *kvr_server_indexer(kvr_server *srv) { return srv->ix; }
 struct kvr_router *kvr_server_router(kvr_server *srv) { return srv->router; }
 int kvr_server_port(const kvr_server *srv) { return srv->port; }
@@ -262,6 +261,21 @@ static bool is_loopback(const char *addr)
 
 /* ---- lifecycle ---------------------------------------------------------- */
 
+/* The first peer that answers is the base; the others are not merged in. */
+static void recover_at_start(kvr_server *srv)
+{
+    size_t n;
+    char **peers = kvr_server_peer_list(srv, &n);
+    for (size_t i = 0; i < n; i++) {
+        char e[320];
+        if (kvr_server_recover_from_peer(srv, peers[i], e, sizeof e) == 0)
+            break;
+        kvr_log(KVR_LOG_WARN, "peer %s: %s (%s)", peers[i], e,
+                i + 1 < n ? "trying the next" : "continuing without a peer");
+    }
+    kvr_server_free_peer_list(peers, n);
+}
+
 static int start_logs_and_wait(kvr_server *srv, const kvr_server_config *cfg, char *err,
                                size_t err_len)
 {
@@ -296,6 +310,7 @@ kvr_server *kvr_server_start(const kvr_server_config *cfg_in, char *err, size_t 
         return NULL;
     }
     srv->max_body = cfg.max_body ? cfg.max_body : KVR_DEFAULT_MAX_BODY;
+    pthread_mutex_init(&srv->peers_mu, NULL);
     srv->started_at = kvr_source_now();
     srv->metrics_per_worker = cfg.metrics_per_worker;
     srv->ix = kvr_http_init_endpoints(srv) == 0 ? kvr_indexer_create() : NULL;
@@ -317,15 +332,12 @@ kvr_server *kvr_server_start(const kvr_server_config *cfg_in, char *err, size_t 
     }
     /* Peers first: their snapshot is the base the live streams continue. A
      * ready replica of the cluster first, the static list as the fallback. */
-    bool recovered = kvr_server_recover_from_cluster(srv);
-    for (size_t i = 0; !recovered && i < cfg.n_peers; i++) {
-        char e[256];
-        long n = kvr_server_fetch_peer(srv, cfg.peers[i], e, sizeof e);
-        if (n < 0)
-            kvr_log(KVR_LOG_WARN, "peer %s: %s (continuing without it)", cfg.peers[i], e);
-        else
-            kvr_log(KVR_LOG_INFO, "peer %s: loaded %ld store records", cfg.peers[i], n);
-    }
+    for (size_t i = 0; i < cfg.n_peers; i++)
+        if (kvr_server_add_peer(srv, cfg.peers[i]) == KVR_PEER_INVALID)
+            kvr_log(KVR_LOG_WARN, "peer '%s' is not an http:// or https:// URL; ignored",
+                    cfg.peers[i]);
+    if (!kvr_server_recover_from_cluster(srv))
+        recover_at_start(srv);
     if (register_initial(srv, &cfg, err, err_len) != 0) {
         kvr_server_stop(srv);
         return NULL;
@@ -368,5 +380,7 @@ void kvr_server_stop(kvr_server *srv)
     kvr_access_log_close(srv->access_log);
     free(srv->trace_id_header);
     free(srv->endpoints);
+    kvr_server_free_peer_list(srv->peers, srv->n_peers);
+    pthread_mutex_destroy(&srv->peers_mu);
     free(srv);
 }

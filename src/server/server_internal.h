@@ -2,6 +2,7 @@
 #ifndef KVR_SERVER_INTERNAL_H
 #define KVR_SERVER_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "kvrouter/server.h"
@@ -81,6 +82,9 @@ struct kvr_server {
     size_t n_reload_hooks;
     _Atomic uint64_t requests_413, requests_404;
     _Atomic uint64_t dump_records_loaded;
+    pthread_mutex_t peers_mu; /* guards the peer list (api_peers.c) */
+    char **peers;
+    size_t n_peers, cap_peers;
     bool metrics_per_worker;
     kvr_route_cache_stats route_cache; /* observed by /route, written by /metrics */
     kvr_cluster *cluster;    /* NULL without --nats */
@@ -94,9 +98,6 @@ struct kvr_server {
 /* server.c: true once min_initial_workers are (or were) registered. */
 bool kvr_server_serving_all(kvr_server *srv);
 
-/* dump_load.c: GET base_url/dump and load it; the records applied, or -1
- * with err. */
-long kvr_server_fetch_peer(kvr_server *srv, const char *base_url, char *err, size_t err_len);
 
 /* cluster_link.c: the cluster layer started with the server's codec and
  * readiness (0, or -1 with err), and the peer recovery that prefers a
@@ -126,7 +127,24 @@ char *kvr_api_format_registration(const kvr_registration *reg);
 /* The HTTP status of a registry result (201, 200, 400, 409, 503, 500). */
 int kvr_api_registry_status(kvr_registry_result r);
 
+/* api_peers.c: the peer list recovery tries (SPEC §7.1 /register_peer). */
+typedef enum {
+    KVR_PEER_ADDED = 0,
+    KVR_PEER_KNOWN,     /* already listed: nothing changed */
+    KVR_PEER_INVALID,   /* not an http(s) URL, or too long */
+    KVR_PEER_FULL,      /* KVR_MAX_PEERS listed */
+    KVR_PEER_NO_MEMORY
+} kvr_peer_result;
+kvr_peer_result kvr_server_add_peer(kvr_server *srv, const char *url);
+bool kvr_server_remove_peer(kvr_server *srv, const char *url);
+/* A copy of the list, in order (free with kvr_server_free_peer_list). */
+char **kvr_server_peer_list(kvr_server *srv, size_t *n);
+void kvr_server_free_peer_list(char **list, size_t n);
+
 /* Handlers of this layer. */
+void kvr_api_register_peer(kvr_server *srv, json_t *body, kvr_api_reply *reply);
+void kvr_api_deregister_peer(kvr_server *srv, json_t *body, kvr_api_reply *reply);
+void kvr_api_peers(kvr_server *srv, json_t *body, kvr_api_reply *reply);
 void kvr_api_register(kvr_server *srv, json_t *body, kvr_api_reply *reply);
 void kvr_api_unregister(kvr_server *srv, json_t *body, kvr_api_reply *reply);
 void kvr_api_workers(kvr_server *srv, json_t *body, kvr_api_reply *reply);

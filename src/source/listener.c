@@ -517,7 +517,16 @@ void kvr_listener_hold(kvr_source *src, kvr_listener *l)
 {
     if (l->held)
         return;
-    end_replay(src, l); /* what it held stays held; the gap shows at release */
+    end_replay(src, l);
+    if (l->has_next && l->next > 0) {
+        /* What this listener applied and the dump about to be loaded are two
+         * states at two sequence numbers; merged they would keep blocks one
+         * of them had removed. The dump (and its cursor) replace it. */
+        drop_buffered(src, l, l->n_buf);
+        clear_rank(src, l);
+        l->has_next = false;
+        l->has_digest = false;
+    }
     l->held = true;
     l->state = KVR_LISTENER_HELD;
 }

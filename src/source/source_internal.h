@@ -167,7 +167,8 @@ void kvr_listener_on_timeout(kvr_source *src, kvr_listener *l);
 void kvr_listener_reset(kvr_source *src, kvr_listener *l);
 void kvr_listener_free_buffer(kvr_source *src, kvr_listener *l);
 /* Starts holding: live messages are buffered, nothing applies; a replay in
- * progress ends (what it held stays held). */
+ * progress ends. A listener that already applied part of its stream is
+ * cleared: the dump loaded during the hold replaces that state. */
 void kvr_listener_hold(kvr_source *src, kvr_listener *l);
 /* Ends a hold: the content the listener's ranks hold reflects its stream up
  * to and including `cursor` (has_cursor false: its own cursor, if any,

@@ -170,7 +170,9 @@ static void add_own(char ***v, size_t *n, json_t *worker, json_t *rank, const ch
 static char *dump_content(const char *base)
 {
     char url[128], *out = NULL;
-    snprintf(url, sizeof url, "%s/dump", base);
+    /* JSON lines: u64 as strings (Dynamo's form has bare integers above
+     * 2^63, which json_loads refuses) */
+    snprintf(url, sizeof url, "%s/dump?format=ndjson", base);
     if (th_http("GET", url, NULL, 0, &out) != 200) {
         free(out);
         return strdup("(no dump)");
