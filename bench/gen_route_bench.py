@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Fixture for the /route benchmark: a /dump (JSON lines) giving 64 workers
-cached prefixes of 16 prompt families (2,000 tokens each), and the wrk Lua
-request bodies. Local hashes come from `kvrouter hash`, so they are the
+"""Fixture for the /route and /query benchmarks: a /dump (JSON lines) giving
+64 workers cached prefixes of 16 prompt families (2,000 tokens each), and the
+request bodies (for wrk and for http_client.py). The workers' endpoints come
+from fixture_peer.py. Local hashes come from `kvrouter hash`, so they are the
 router's own (SPEC §4).
 
 usage: gen_route_bench.py KVROUTER OUTDIR [--workers 64] [--block-size 16]
@@ -34,13 +35,17 @@ def main():
                 blocks = [[str(w * 10**7 + fam * 10**5 + i), h] for i, h in enumerate(hs)]
                 f.write(json.dumps({"model": "m", "group": "default", "worker": str(w), "rank": 0,
                                     "tier": "gpu", "parent": None, "blocks": blocks}) + "\n")
+    # The same bodies for wrk (Lua, request_id as a %s to format) and for
+    # bench/http_client.py (one JSON template a line).
+    bodies = ['{"model_name":"m","request_id":"%s","token_ids":[' + ",".join(map(str, toks)) + "]}"
+              for toks in fam_tokens]
     with open(os.path.join(out, "bodies.lua"), "w") as f:
         f.write("bodies = {\n")
-        for toks in fam_tokens:
-            f.write('  [[{"model_name":"m","request_id":"%s","token_ids":[' +
-                    ",".join(map(str, toks)) + "]}]],\n")
+        for b in bodies:
+            f.write("  [[" + b + "]],\n")
         f.write("}\n")
-    print(",".join("%d=tcp://127.0.0.1:%d" % (w, 40000 + w) for w in range(1, workers + 1)))
+    with open(os.path.join(out, "bodies.txt"), "w") as f:
+        f.write("\n".join(bodies) + "\n")
 
 if __name__ == "__main__":
     main()

@@ -1,4 +1,4 @@
--- wrk script: POST /route with 2,000-token prompts from 16 families, each
+-- wrk script: POST /route (or $ROUTE_BENCH_PATH) with 2,000-token prompts from 16 families, each
 -- request with a unique request_id (bookings expire via booking_ttl_s).
 dofile(os.getenv("ROUTE_BENCH_DIR") .. "/bodies.lua")
 local counter = 0
@@ -13,7 +13,7 @@ end
 function request()
   counter = counter + 1
   local body = string.format(bodies[math.random(#bodies)], "t" .. tid .. "-" .. counter)
-  return wrk.format("POST", "/route", {["Content-Type"] = "application/json"}, body)
+  return wrk.format("POST", os.getenv("ROUTE_BENCH_PATH") or "/route", {["Content-Type"] = "application/json"}, body)
 end
 local codes = {}
 function response(status, headers, body)

@@ -156,6 +156,35 @@ static inline const char *lex_int(const char *s, const char *end, bool *neg, uin
     return s;
 }
 
+/* The common element, a plain integer of 1-7 digits (every token id), read
+ * 8 bytes at once: the number of leading digit bytes at s (0, or 8 when
+ * all are digits: then lex_int decides) and their value. s + 8 <= end.
+ * Byte k of x is s[k] (little-endian). A digit byte keeps its top bit
+ * clear both minus '0' (0..9) and plus 0x46 (0x76..0x7f); every other byte
+ * sets it in one of the two (below '0' or from 0xb0 up minus '0', ':' to
+ * 0xb9 plus 0x46). Borrows and carries only move upwards, past the first
+ * non-digit, so that one is always found. */
+static inline unsigned digits8(const char *s, uint64_t *out)
+{
+    uint64_t x;
+    memcpy(&x, s, 8);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    x = __builtin_bswap64(x);
+#endif
+    uint64_t non = ((x - 0x3030303030303030ull) | (x + 0x4646464646464646ull)) &
+                   0x8080808080808080ull;
+    unsigned n = non ? (unsigned)__builtin_ctzll(non) / 8 : 8;
+    if (n == 0 || n == 8)
+        return n;
+    /* The n digits to the top bytes (zeros below are leading zeros), then
+     * pairs, quads and the two halves combined by multiplication. */
+    uint64_t d = (x & 0x0F0F0F0F0F0F0F0Full) << (8 * (8 - n));
+    d = (d * (10 * 256 + 1)) >> 8;
+    d = ((d & 0x00FF00FF00FF00FFull) * (100 * 65536 + 1)) >> 16;
+    *out = ((d & 0x0000FFFF0000FFFFull) * (10000ull * (1ull << 32) + 1)) >> 32;
+    return n;
+}
+
 /* "[int, int, ...]" at p (p[0] == '[') with every value in [INT64_MIN,
  * UINT64_MAX] (above INT64_MAX kept as its bits; the span is then big and
  * has no negative value): returns the bytes consumed, or 0 to leave the
@@ -166,18 +195,30 @@ static size_t try_int_array(fast_state *st, const char *p, const char *end)
     size_t first = st->n_vals;
     bool big = false, any_neg = false;
     for (;;) {
-        while (s < end && is_ws(*s))
-            s++;
-        bool neg;
         uint64_t v;
-        s = lex_int(s, end, &neg, &v);
-        if (!s || (neg && v > (uint64_t)INT64_MAX + 1) ||
-            !push_val(st, neg ? (json_int_t)(0 - v) : (json_int_t)v))
+        unsigned n = end - s >= 8 ? digits8(s, &v) : 0;
+        if (n > 0 && n < 8 && (n == 1 || *s != '0')) {
+            s += n; /* 0 <= v < 10^7: not big, not negative */
+        } else {
+            while (s < end && is_ws(*s))
+                s++;
+            bool neg;
+            s = lex_int(s, end, &neg, &v);
+            if (!s || (neg && v > (uint64_t)INT64_MAX + 1))
+                goto fail;
+            big |= !neg && v > (uint64_t)INT64_MAX;
+            any_neg |= neg && v;
+            if (big && any_neg)
+                goto fail; /* u64 bits and negatives would read alike: jansson's way */
+            if (neg)
+                v = 0 - v;
+        }
+        if (!push_val(st, (json_int_t)v))
             goto fail;
-        big |= !neg && v > (uint64_t)INT64_MAX;
-        any_neg |= neg && v;
-        if (big && any_neg)
-            goto fail; /* u64 bits and negatives would read alike: jansson's way */
+        if (s < end && *s == ',') {
+            s++;
+            continue;
+        }
         while (s < end && is_ws(*s))
             s++; /* then ']' or ',' (not '.', 'e', 'E') */
         if (s < end && *s == ']')

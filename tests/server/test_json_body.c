@@ -130,14 +130,57 @@ static void test_long_arrays_equal(void **state)
     free(neg);
 }
 
+/* Non-negative integers of up to 7 digits (token ids) are read 8 bytes at
+ * a time: every length 1..20, each followed by every kind of byte that can
+ * end or break a number, also within 8 bytes of the end of the text, read
+ * as jansson reads them. */
+static void test_short_integers_read_as_jansson(void **state)
+{
+    (void)state;
+    char *pos = int_list(40, 7, ",");
+    static const char *const values[] = {
+        "0", "7", "10", "99", "100", "4096", "65535", "123456", "9999999", "10000000",
+        "12345678", "123456789", "4294967295", "4294967296", "9223372036854775807",
+        "9223372036854775808", "18446744073709551615", "18446744073709551616", "00", "01",
+        "0000001", "-0", "-5", "1234567e", "1234567.5", "1234567E2",
+    };
+    static const char *const after[] = {",1]}", "]}", " ]}", "\n,2]}", ".0]}", "e1]}",
+                                        "x]}", "\xc3\xa9]}", "\x7f]}", "/]}", ":]}", "]"};
+    char doc[1024];
+    for (size_t v = 0; v < sizeof values / sizeof *values; v++)
+        for (size_t a = 0; a < sizeof after / sizeof *after; a++) {
+            /* the last element, then the first */
+            snprintf(doc, sizeof doc, "{\"a\":[%s,%s%s", pos, values[v], after[a]);
+            same_as_jansson(doc);
+            snprintf(doc, sizeof doc, "{\"a\":[%s%s,%s]}", values[v],
+                     after[a][0] == ',' ? "" : after[a], pos);
+            same_as_jansson(doc);
+        }
+    /* The text ending right after a number: fewer than 8 bytes left. */
+    for (size_t v = 0; v < sizeof values / sizeof *values; v++) {
+        snprintf(doc, sizeof doc, "[%s,%s", pos, values[v]);
+        same_as_jansson(doc);
+        snprintf(doc, sizeof doc, "[%s,%s]", pos, values[v]);
+        same_as_jansson(doc);
+        json_t *a = json_loadb(doc, strlen(doc), JSON_DECODE_ANY, NULL);
+        json_t *b = kvr_json_load_body(doc, strlen(doc), JSON_DECODE_ANY, NULL);
+        assert_true((a == NULL) == (b == NULL));
+        assert_true(!a || json_equal(a, b));
+        json_decref(a);
+        json_decref(b);
+    }
+    free(pos);
+}
+
 /* Random mutations of a valid body: truncations and byte flips. */
 static void test_mutations_equal(void **state)
 {
     (void)state;
     char *neg = int_list(40, -50, ",");
+    char *pos = int_list(40, 3, ",");
     char base[4096];
-    snprintf(base, sizeof base, "{\"k\":[%s],\"s\":\"a[%s]\\\\\",\"n\":[[1,2],[%s]]}", neg, neg,
-             neg);
+    snprintf(base, sizeof base, "{\"k\":[%s],\"s\":\"a[%s]\\\\\",\"n\":[[1,2],[%s]],\"p\":[%s]}",
+             neg, neg, neg, pos);
     size_t n = strlen(base);
     unsigned seed = 12345;
     const char flips[] = "[]\",\\-0e.9 }";
@@ -153,6 +196,7 @@ static void test_mutations_equal(void **state)
         same_as_jansson(doc);
     }
     free(neg);
+    free(pos);
 }
 
 /* body: "{...%s...}" with %s the token_ids array text. */
@@ -483,6 +527,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_long_arrays_equal),
+        cmocka_unit_test(test_short_integers_read_as_jansson),
         cmocka_unit_test(test_mutations_equal),
         cmocka_unit_test(test_vec_keys_only_top_level),
         cmocka_unit_test(test_u32_view_same_either_way),

@@ -1,0 +1,37 @@
+# Sourced by route_bench.sh and http_callgrind.sh: a `kvrouter serve` with
+# NWORKERS workers whose caches come from a peer /dump (gen_route_bench.py:
+# 16 prompt families of 2,000 tokens, each worker holding its family whole
+# and 40 % of the next), 2 HTTP threads, bookings living 2 s. The workers'
+# engines are silent ports that fixture_peer.py holds (it also serves the
+# dump), so nothing else on a shared machine publishes into the benchmark.
+#   fixture_start BUILD NWORKERS [command prefix...]   sets HERE DIR PORT SRV
+# PORT (and PORT + 1 for the peer) comes from the shell's pid unless set.
+fixture_start() {
+    _build=$1; _nworkers=$2; shift 2
+    HERE=$(cd "$(dirname "$0")" && pwd)
+    DIR=$(mktemp -d)
+    export ROUTE_BENCH_DIR=$DIR
+    PORT=${PORT:-$((20000 + $$ % 20000))}
+    _peer_port=$((PORT + 1))
+    trap 'fixture_stop' EXIT
+    python3 "$HERE/gen_route_bench.py" "$_build/kvrouter" "$DIR" --workers "$_nworkers"
+    python3 "$HERE/fixture_peer.py" "$DIR" "$_peer_port" "$_nworkers" &
+    _peer=$!
+    for _i in $(seq 100); do
+        [ -f "$DIR/workers" ] && curl -sf "http://127.0.0.1:$_peer_port/dump" >/dev/null && break
+        sleep 0.1
+    done
+    "$@" "$_build/kvrouter" serve --listen "127.0.0.1:$PORT" --model-name m --block-size 16 \
+        --workers "$(cat "$DIR/workers")" --peers "http://127.0.0.1:$_peer_port" \
+        --http-threads 2 --router-opt booking_ttl_s=2 >"$DIR/serve.log" 2>&1 &
+    SRV=$!
+    for _i in $(seq 600); do curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break; sleep 0.1; done
+    grep -i "peer http" "$DIR/serve.log" || true
+}
+
+fixture_stop() {
+    [ -n "${SRV:-}" ] && kill "$SRV" 2>/dev/null && wait "$SRV" 2>/dev/null
+    [ -n "${_peer:-}" ] && kill "$_peer" 2>/dev/null && wait "$_peer" 2>/dev/null
+    [ -n "${DIR:-}" ] && rm -rf "$DIR"
+    SRV=; _peer=; DIR=
+}
