@@ -4,13 +4,16 @@ DIR (the /dump that gen_route_bench.py wrote) on PORT, and holds N listening
 TCP ports on 127.0.0.1 standing in for the workers' engines: it accepts the
 router's ZeroMQ connections and never answers (silent engines). The ports are
 bound here, so no other process on a shared machine publishes into the
-benchmark. Writes the --workers string ("1=tcp://127.0.0.1:P1,...") to
-DIR/workers once the ports are bound.
+benchmark. Writes the serve config DIR/config.json once the ports are
+bound: workers 1..N of model "m", block size 16, with kv_events "on" (their
+caches are the dump's; "auto" would score a worker that never published as
+approximate, from what was routed to it).
 
 usage: fixture_peer.py DIR PORT N
 """
 import functools
 import http.server
+import json
 import os
 import selectors
 import socket
@@ -41,12 +44,13 @@ def main():
         s.bind(("127.0.0.1", 0))
         s.listen(64)
         listeners.append(s)
-    workers = ",".join("%d=tcp://127.0.0.1:%d" % (i + 1, s.getsockname()[1])
-                       for i, s in enumerate(listeners))
-    tmp = os.path.join(d, "workers.tmp")
+    workers = [{"instance_id": i + 1, "endpoint": "tcp://127.0.0.1:%d" % s.getsockname()[1],
+                "model_name": "m", "block_size": 16, "kv_events": "on"}
+               for i, s in enumerate(listeners)]
+    tmp = os.path.join(d, "config.tmp")
     with open(tmp, "w") as f:
-        f.write(workers)
-    os.rename(tmp, os.path.join(d, "workers"))
+        json.dump({"workers": workers}, f)
+    os.rename(tmp, os.path.join(d, "config.json"))
     threading.Thread(target=hold, args=(listeners,), daemon=True).start()
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):

@@ -3,12 +3,13 @@
 # 16 prompt families of 2,000 tokens, each worker holding its family whole
 # and 40 % of the next), 2 HTTP threads, bookings living 2 s. The workers'
 # engines are silent ports that fixture_peer.py holds (it also serves the
-# dump), so nothing else on a shared machine publishes into the benchmark.
+# dump, and writes the config that registers them with kv_events "on"), so
+# nothing else on a shared machine publishes into the benchmark.
 #   fixture_start BUILD NWORKERS [command prefix...]   sets HERE DIR PORT SRV
 # PORT (and PORT + 1 for the peer) comes from the shell's pid unless set.
 fixture_start() {
     _build=$1; _nworkers=$2; shift 2
-    HERE=$(cd "$(dirname "$0")" && pwd)
+    HERE=${HERE:-$(cd "$(dirname "$0")" && pwd)}
     DIR=$(mktemp -d)
     export ROUTE_BENCH_DIR=$DIR
     PORT=${PORT:-$((20000 + $$ % 20000))}
@@ -18,11 +19,11 @@ fixture_start() {
     python3 "$HERE/fixture_peer.py" "$DIR" "$_peer_port" "$_nworkers" &
     _peer=$!
     for _i in $(seq 100); do
-        [ -f "$DIR/workers" ] && curl -sf "http://127.0.0.1:$_peer_port/dump" >/dev/null && break
+        [ -f "$DIR/config.json" ] && curl -sf "http://127.0.0.1:$_peer_port/dump" >/dev/null && break
         sleep 0.1
     done
-    "$@" "$_build/kvrouter" serve --listen "127.0.0.1:$PORT" --model-name m --block-size 16 \
-        --workers "$(cat "$DIR/workers")" --peers "http://127.0.0.1:$_peer_port" \
+    "$@" "$_build/kvrouter" serve --listen "127.0.0.1:$PORT" --config "$DIR/config.json" \
+        --peers "http://127.0.0.1:$_peer_port" \
         --http-threads 2 --router-opt booking_ttl_s=2 >"$DIR/serve.log" 2>&1 &
     SRV=$!
     for _i in $(seq 600); do curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break; sleep 0.1; done

@@ -89,12 +89,13 @@ void kvr_api_query_by_hash(kvr_server *srv, json_t *body, kvr_api_reply *reply)
     size_t k = ctx ? kvr_indexer_match_hashes(srv->ix, model, group, ctx, hashes, n, &m) : 0;
     free(hashes);
     /* Without a match scratch the empty scores would be a false "no match". */
-    reply->body = ctx ? kvr_scores_json_from_matches(m, k, bs) : NULL;
-    if (!reply->body) {
+    reply->text = ctx ? kvr_scores_json_from_matches(m, k, bs, NULL) : NULL;
+    if (!reply->text) {
         kvr_api_error(reply, 500, "out of memory");
         return;
     }
     reply->status = 200;
+    reply->content_type = "application/json";
 }
 
 void kvr_api_health(kvr_server *srv, json_t *body, kvr_api_reply *reply)

@@ -1,7 +1,6 @@
 /* Route-layer endpoints: POST /query, /route, /prefill_done, /free. Thin
  * JSON wrappers over kvr_query / kvr_route (include/kvrouter/route.h). */
 #include <ctype.h>
-#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +10,7 @@
 #include "server/api.h"
 #include "server/json_util.h"
 #include "server/metrics.h"
+#include "server/route_json.h"
 #include "server/scores_json.h"
 #include "util/hex.h"
 
@@ -231,11 +231,13 @@ void kvr_api_query(kvr_server *srv, const kvr_json_body *b, kvr_api_reply *reply
             kvr_scores_json_add(&sj, e->worker_id, e->dp_rank, e->gpu_blocks, e->cpu_blocks,
                                 e->disk_blocks);
         }
-    reply->body = kvr_scores_json_finish(&sj);
-    if (reply->body)
+    reply->text = kvr_scores_json_finish(&sj, NULL);
+    if (reply->text) {
         reply->status = 200;
-    else
+        reply->content_type = "application/json";
+    } else {
         kvr_api_error(reply, 500, "out of memory");
+    }
 out:
     kvr_query_result_free(&res);
     parsed_free(&p);
@@ -323,61 +325,6 @@ static bool parse_route(kvr_server *srv, const kvr_json_body *b, parsed *p,
     return true;
 }
 
-static json_t *costs_json(const kvr_route_decision *d)
-{
-    json_t *arr = json_array();
-    for (size_t i = 0; arr && i < d->n_costs; i++) {
-        const kvr_route_cost *c = &d->costs[i];
-        json_t *o = json_pack("{s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f}", "worker_id",
-                              kvr_json_u64_num(c->worker_id), "dp_rank", (json_int_t)c->dp_rank,
-                              "gpu_blocks", (json_int_t)c->gpu_blocks, "cpu_blocks",
-                              (json_int_t)c->cpu_blocks, "disk_blocks", (json_int_t)c->disk_blocks,
-                              "routing_tokens", (json_int_t)c->routing_tokens,
-                              "active_prefill_tokens", (json_int_t)c->active_prefill_tokens,
-                              "active_decode_blocks", (json_int_t)c->active_decode_blocks,
-                              "new_blocks", (json_int_t)c->new_blocks, "credit", c->credit, "cost", c->cost, "probability", c->probability);
-        if (!o || json_array_append_new(arr, o) < 0) {
-            json_decref(arr);
-            return NULL;
-        }
-    }
-    return arr;
-}
-
-static json_t *decision_json(const kvr_route_request *rq, const kvr_route_decision *d)
-{
-    json_t *o = json_pack("{s:o,s:I,s:I,s:b,s:I,s:s,s:s}", "worker_id",
-                          kvr_json_u64_num(d->worker_id), "dp_rank", (json_int_t)d->dp_rank,
-                          "overlap_tokens", (json_int_t)d->overlap_tokens, "forward_mm_hashes",
-                          d->forward_mm_hashes, "routing_tokens", (json_int_t)d->routing_tokens,
-                          "reason", kvr_route_reason_name(d->reason), "request_id",
-                          rq->request_id);
-    if (!o)
-        return NULL;
-    json_object_set_new(o, "engine", json_string(kvr_engine_name(d->engine)));
-    if (d->forward_mm_hashes) {
-        /* SGLang takes mm_hashes (16 hex digits); vLLM multi_modal_uuids, each
-         * the 16 digits and 48 zeros: it publishes that back as the
-         * identifier, whose first 16 digits are the identity routed on. */
-        bool vllm = d->engine == KVR_ENGINE_VLLM;
-        json_t *h = json_array();
-        json_object_set_new(o, vllm ? "multi_modal_uuids" : "mm_hashes", h);
-        for (size_t i = 0; h && i < rq->q.n_mm_items; i++) {
-            const kvr_mm_item *it = &rq->q.mm_items[i];
-            char hex[65];
-            snprintf(hex, sizeof hex, "%016" PRIx64 "%s",
-                     vllm && it->has_mm_hash_vllm ? it->mm_hash_vllm : it->mm_hash,
-                     vllm ? "000000000000000000000000000000000000000000000000" : "");
-            json_array_append_new(h, json_string(hex));
-        }
-    }
-    if (rq->debug) {
-        json_object_set_new(o, "costs", costs_json(d));
-        json_object_set_new(o, "cost", json_real(d->cost));
-    }
-    return o;
-}
-
 void kvr_api_route(kvr_server *srv, const kvr_json_body *b, kvr_api_reply *reply)
 {
     parsed p;
@@ -392,9 +339,10 @@ void kvr_api_route(kvr_server *srv, const kvr_json_body *b, kvr_api_reply *reply
         route_error(reply, st, d.error);
     } else {
         kvr_route_cache_observe(&srv->route_cache, rq.q.n_tokens, d.overlap_tokens);
-        reply->body = decision_json(&rq, &d);
+        reply->text = kvr_route_json(&rq, &d, NULL);
         reply->status = 200;
-        if (!reply->body) {
+        reply->content_type = "application/json";
+        if (!reply->text) {
             /* The booking stands only if the caller learns where it went. */
             kvr_router_release(kvr_server_router(srv), rq.request_id);
             kvr_api_error(reply, 500, "out of memory");

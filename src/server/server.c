@@ -1,5 +1,4 @@
 /* Server lifecycle: indexer, router, sources, peer recovery, then HTTP. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,7 +7,6 @@
 #include "kvrouter/log.h"
 #include "server/access_log.h"
 #include "server/server_internal.h"
-#include "util/grow.h"
 
 kvr_indexer *kvr_server_indexer(kvr_server *srv) { return srv->ix; }
 struct kvr_router *kvr_server_router(kvr_server *srv) { return srv->router; }
@@ -25,57 +23,6 @@ void kvr_server_config_default(kvr_server_config *cfg)
     kvr_source_config_default(&cfg->source);
     kvr_router_config_default(&cfg->router);
     kvr_cluster_config_default(&cfg->cluster);
-}
-
-void kvr_sbuf_append(kvr_sbuf *b, const char *s, size_t n)
-{
-    if (b->failed)
-        return;
-    if (n > SIZE_MAX - b->len - 1 ||
-        kvr_grow((void **)&b->data, &b->cap, b->len + n + 1, 1, 4096) != 0) {
-        b->failed = true;
-        return;
-    }
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = 0;
-}
-
-void kvr_sbuf_printf(kvr_sbuf *b, const char *fmt, ...)
-{
-    char small[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(small, sizeof small, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    if ((size_t)n < sizeof small) {
-        kvr_sbuf_append(b, small, (size_t)n);
-        return;
-    }
-    char *big = malloc((size_t)n + 1);
-    if (!big) {
-        b->failed = true;
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    kvr_sbuf_append(b, big, (size_t)n);
-    free(big);
-}
-
-void kvr_sbuf_json_str(kvr_sbuf *b, const char *s)
-{
-    json_t *j = json_string(s);
-    char *t = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
-    if (t)
-        kvr_sbuf_append(b, t, strlen(t));
-    else
-        b->failed = true;
-    free(t);
-    json_decref(j);
 }
 
 int kvr_server_register_json(kvr_server *srv, const char *body, char *err, size_t err_len)

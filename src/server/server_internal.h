@@ -8,6 +8,7 @@
 #include "kvrouter/server.h"
 #include "server/api.h"
 #include "server/json_util.h"
+#include "server/sbuf.h"
 
 /* Share of a routed prompt cached on the chosen worker (metrics.h). */
 #define KVR_CACHED_SHARE_BOUNDS 11
@@ -154,16 +155,5 @@ void kvr_api_health(kvr_server *srv, json_t *body, kvr_api_reply *reply);
 void kvr_api_reopen_logs(kvr_server *srv, json_t *body, kvr_api_reply *reply);
 void kvr_api_metrics(kvr_server *srv, json_t *body, kvr_api_reply *reply);
 void kvr_api_ready(kvr_server *srv, json_t *body, kvr_api_reply *reply);
-
-/* Growable text buffer for non-JSON replies. */
-typedef struct {
-    char *data;
-    size_t len, cap;
-    bool failed;
-} kvr_sbuf;
-void kvr_sbuf_printf(kvr_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void kvr_sbuf_append(kvr_sbuf *b, const char *s, size_t n);
-/* Appends s as a JSON string literal (quoted, escaped). */
-void kvr_sbuf_json_str(kvr_sbuf *b, const char *s);
 
 #endif
