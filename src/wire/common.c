@@ -2,7 +2,6 @@
 #include "kvrouter/common.h"
 
 #include <string.h>
-#include <strings.h>
 
 /* One lookup for every name table below: the enum value named name, or -1. */
 static int name_index(const char *const *names, int n, const char *name)
@@ -53,10 +52,18 @@ bool kvr_str_eq(kvr_str s, const char *cstr)
     return s.ptr && s.len == n && memcmp(s.ptr, cstr, n) == 0;
 }
 
+static char ascii_lower(char c) { return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c; }
+
+/* ASCII only (media and tags are): a byte loop, as the names are a few
+ * letters and compared once per event. */
 bool kvr_str_eq_nocase(kvr_str s, const char *cstr)
 {
-    size_t n = strlen(cstr);
-    return s.ptr && s.len == n && strncasecmp(s.ptr, cstr, n) == 0;
+    if (!s.ptr)
+        return false;
+    for (uint32_t i = 0; i < s.len; i++)
+        if (!cstr[i] || ascii_lower(s.ptr[i]) != ascii_lower(cstr[i]))
+            return false;
+    return cstr[s.len] == 0;
 }
 
 static const char *const mm_names[] = {"legacy", "engine_wide", "auto"};

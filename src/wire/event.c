@@ -42,13 +42,16 @@ static uint32_t fields_of(kvr_event_type t)
     return t == KVR_EV_REMOVED ? removed_fields : 0;
 }
 
+/* The tag against a literal, its length known here (one tag per event). */
+#define TAG_IS(tag, lit) ((tag).len == sizeof lit - 1 && memcmp((tag).ptr, lit, sizeof lit - 1) == 0)
+
 static kvr_event_type type_of(kvr_str tag)
 {
-    if (kvr_str_eq(tag, "BlockStored"))
+    if (TAG_IS(tag, "BlockStored"))
         return KVR_EV_STORED;
-    if (kvr_str_eq(tag, "BlockRemoved"))
+    if (TAG_IS(tag, "BlockRemoved"))
         return KVR_EV_REMOVED;
-    if (kvr_str_eq(tag, "AllBlocksCleared"))
+    if (TAG_IS(tag, "AllBlocksCleared"))
         return KVR_EV_CLEARED;
     return KVR_EV_DROPPED;
 }

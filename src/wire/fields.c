@@ -150,6 +150,34 @@ static drop read_bigrams(const char **p, uint32_t n, uint64_t *out)
     return KVR_DROP_NONE;
 }
 
+/* Reads the leading non-negative integers of n into out and returns how
+ * many: the usual token array, decoded without a type dispatch per token
+ * (the payload was validated: their bytes are there). */
+static uint32_t read_uints(const char **p, uint32_t n, uint64_t *out)
+{
+    const char *q = *p;
+    uint32_t i = 0;
+    for (; i < n; i++) {
+        unsigned char c = (unsigned char)*q;
+        if (c < 0x80) {
+            out[i] = c;
+            q++;
+            continue;
+        }
+        const char *v = q + 1;
+        switch (c) {
+        case 0xcc: out[i] = mp_load_u8(&v); break;
+        case 0xcd: out[i] = mp_load_u16(&v); break;
+        case 0xce: out[i] = mp_load_u32(&v); break;
+        case 0xcf: out[i] = mp_load_u64(&v); break;
+        default: *p = q; return i;
+        }
+        q = v;
+    }
+    *p = q;
+    return i;
+}
+
 static drop read_tokens(kvr_wire_event_ctx *c, const char **p)
 {
     if (mp_typeof(**p) != MP_ARRAY)
@@ -168,7 +196,7 @@ static drop read_tokens(kvr_wire_event_ctx *c, const char **p)
     if (eagle)
         d = read_bigrams(p, n, out);
     else
-        for (uint32_t i = 0; i < n && !d; i++)
+        for (uint32_t i = read_uints(p, n, out); i < n && !d; i++)
             d = read_token(p, &out[i]);
     if (d)
         return d;

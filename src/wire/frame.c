@@ -29,17 +29,19 @@ kvr_frame_error kvr_frame_parse(size_t n_frames, const void *seq_frame, size_t s
     return KVR_FRAME_OK;
 }
 
+#define MEDIUM(name, tier) {name, sizeof name - 1, tier}
 static const struct {
     const char *name;
+    uint32_t len; /* names of another length are not compared (a medium per event) */
     kvr_tier tier;
 } medium_table[] = {
-    {"GPU", KVR_TIER_GPU},           {"DEVICE", KVR_TIER_GPU},
-    {"CPU", KVR_TIER_CPU},           {"CPU_PINNED", KVR_TIER_CPU},
-    {"CPU_TIER1", KVR_TIER_CPU},     {"CPU_TIER2", KVR_TIER_DISK},
-    {"DISK", KVR_TIER_DISK},         {"NVME", KVR_TIER_DISK},
-    {"STORAGE", KVR_TIER_DISK},      {"EXTERNAL", KVR_TIER_EXTERNAL},
-    {"NETWORK", KVR_TIER_EXTERNAL},  {"REMOTE", KVR_TIER_EXTERNAL},
-    {"SHARED", KVR_TIER_EXTERNAL},
+    MEDIUM("GPU", KVR_TIER_GPU),          MEDIUM("DEVICE", KVR_TIER_GPU),
+    MEDIUM("CPU", KVR_TIER_CPU),          MEDIUM("CPU_PINNED", KVR_TIER_CPU),
+    MEDIUM("CPU_TIER1", KVR_TIER_CPU),    MEDIUM("CPU_TIER2", KVR_TIER_DISK),
+    MEDIUM("DISK", KVR_TIER_DISK),        MEDIUM("NVME", KVR_TIER_DISK),
+    MEDIUM("STORAGE", KVR_TIER_DISK),     MEDIUM("EXTERNAL", KVR_TIER_EXTERNAL),
+    MEDIUM("NETWORK", KVR_TIER_EXTERNAL), MEDIUM("REMOTE", KVR_TIER_EXTERNAL),
+    MEDIUM("SHARED", KVR_TIER_EXTERNAL),
 };
 
 /* Engines spell media in upper case; vLLM's Python constants are lower case
@@ -49,7 +51,7 @@ int kvr_wire_medium_tier(kvr_str medium)
     if (medium.ptr == NULL || medium.len == 0)
         return KVR_TIER_GPU;
     for (size_t i = 0; i < sizeof medium_table / sizeof medium_table[0]; i++)
-        if (kvr_str_eq_nocase(medium, medium_table[i].name))
+        if (medium.len == medium_table[i].len && kvr_str_eq_nocase(medium, medium_table[i].name))
             return (int)medium_table[i].tier;
     return -1;
 }

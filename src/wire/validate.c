@@ -38,6 +38,30 @@ static bool scalar_fits(const char **cur, const char *end, enum mp_type t)
     return true;
 }
 
+/* Bytes of a non-negative integer by its first byte (positive fixint,
+ * uint 8/16/32/64), 0 for anything else. */
+static uint8_t uint_bytes(unsigned char c)
+{
+    return c < 0x80 ? 1 : c == 0xcc ? 2 : c == 0xcd ? 3 : c == 0xce ? 5 : c == 0xcf ? 9 : 0;
+}
+
+/* Steps over the leading non-negative integers of the next n elements
+ * (token ids and block hashes are most of a batch), each checked to lie
+ * inside [*cur, end) as scalar_fits would; returns how many. */
+static uint64_t skip_uints(const char **cur, const char *end, uint64_t n)
+{
+    const char *p = *cur;
+    uint64_t k = 0;
+    for (; k < n && p < end; k++) {
+        uint8_t len = uint_bytes((unsigned char)*p);
+        if (!len || len > (size_t)(end - p))
+            break;
+        p += len;
+    }
+    *cur = p;
+    return k;
+}
+
 /* Iterative walk: left[d] is the number of elements still to read in the
  * container open at depth d (depth 0 is the single top-level value). Every
  * count is checked against the bytes left before it is trusted, so when the
@@ -78,6 +102,10 @@ static kvr_batch_error walk(const char *p, const char *end, kvr_wire_top *top)
             if (depth + 1 > KVR_WIRE_MAX_DEPTH)
                 return KVR_BATCH_TOO_LARGE;
             left[++depth] = n;
+            /* deeper than the top container's elements, no position is
+             * noted: integers there need no trip through the loop */
+            if (t == MP_ARRAY && depth >= 2)
+                left[depth] -= skip_uints(&cur, end, n);
         } else if (!scalar_fits(&cur, end, t)) {
             return KVR_BATCH_INVALID_MSGPACK;
         }
