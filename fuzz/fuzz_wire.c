@@ -7,8 +7,9 @@
  * sanitizer report" it checks what must hold whatever the bytes:
  * - a batch that decodes hands out exactly n_events events;
  * - a match reports no more blocks than it was asked about, gpu <= cpu <= disk;
- * - the dump loads back into an empty index record by record, with the same
- *   ownerships, and the same matches for every dumped root chain;
+ * - the dump loads back into an empty index record by record, holds what
+ *   was dumped and never more than the index, and gives the same matches for
+ *   every dumped root chain;
  * - once every worker is unregistered the index holds no ownership. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -159,8 +160,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     kvr_index_stats_get(orig, &so);
     if (copy) {
         kvr_index_stats_get(copy, &sc);
-        check(sc.ownerships == so.ownerships && d.ownerships == so.ownerships,
-              "a loaded dump holds the same ownerships");
+        /* Ownerships whose owner lost the block above them (an engine may
+         * evict a parent before its child) reach no match, and the dump,
+         * which promises the same matches, leaves them out. */
+        check(sc.ownerships == d.ownerships && sc.ownerships <= so.ownerships,
+              "a loaded dump holds what was dumped, never more than the index");
     } else {
         check(so.ownerships == 0, "nothing dumped means nothing held");
     }
