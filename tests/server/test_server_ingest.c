@@ -297,7 +297,9 @@ static void test_gap_recovered_by_replay(void **state)
     assert_int_equal(th_counter(f->base, 30, "m", "rank_clears"), 0);
     /* seq 2 came both live (buffered) and in the replay: applied once. */
     assert_int_equal(th_counter(f->base, 30, "m", "duplicates_skipped"), 1);
+    pthread_mutex_lock(&e.mu); /* the replay thread writes it */
     assert_int_equal(e.last_replay_start, 1);
+    pthread_mutex_unlock(&e.mu);
     /* Live flow continues after the replay. */
     chain d;
     make_chain(&d, 1100, 11000, 1);
@@ -373,7 +375,9 @@ static void test_first_message_replays_from_zero(void **state)
     assert_true(th_engine_wait_sub(&e, WAIT));
     send_store(&e, 2, &c, 2, 1, true);
     assert_int_equal(th_wait_score(f->base, "m", c.local, 3, 33, 0, 3 * BS, WAIT), 3 * BS);
+    pthread_mutex_lock(&e.mu);
     assert_int_equal(e.last_replay_start, 0);
+    pthread_mutex_unlock(&e.mu);
     assert_int_equal(th_counter(f->base, 33, "m", "replays_ok"), 1);
     th_engine_stop(&e);
 }
