@@ -10,11 +10,13 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <zmq.h>
 
+#include "kvrouter/log.h"
 #include "source/source_internal.h"
 #include "util/clock.h"
 #include "util/grow.h"
@@ -91,8 +93,26 @@ static void merge_config(kvr_source_config *dst, const kvr_source_config *cfg)
         dst->replay_backoff_max_ms = cfg->replay_backoff_max_ms;
 }
 
+/* A listener holds three descriptors (the mailboxes of its SUB, of the
+ * SUB's monitor and of our end of it) plus its connection: 1000 engines
+ * need about 4000, and the usual soft limit is 1024. The hard limit is what
+ * the operator allows; take it. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max)
+        return;
+    unsigned long long from = (unsigned long long)rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+        kvr_log(KVR_LOG_INFO, "open-file limit raised from %llu to %llu (each engine listener "
+                              "holds about 4 descriptors)",
+                from, (unsigned long long)rl.rlim_cur);
+}
+
 kvr_source *kvr_source_create(kvr_indexer *ix, const kvr_source_config *cfg)
 {
+    raise_fd_limit();
     kvr_source *src = calloc(1, sizeof *src);
     if (!src)
         return NULL;

@@ -3,6 +3,7 @@
 #include "test_support.h"
 
 #include <stdatomic.h>
+#include <sys/resource.h>
 
 #include "kvrouter/source.h"
 #include "../server/net_helpers.h"
@@ -195,10 +196,43 @@ static void test_counter_list_covers_struct_and_sums(void **state)
     assert_int_equal(a.lost_batches, 2 * b.lost_batches);
 }
 
+/* Three descriptors a listener: a process at the common soft limit would
+ * stop registering engines near a third of it; the source takes the hard
+ * limit instead. */
+static void test_listeners_beyond_the_soft_descriptor_limit(void **state)
+{
+    (void)state;
+    struct rlimit rl;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < 1024)
+        skip(); /* nothing to raise to */
+    struct rlimit low = {256, rl.rlim_max};
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    kvr_indexer *ix = kvr_indexer_create();
+    kvr_source *src = kvr_source_create(ix, NULL);
+    assert_non_null(src);
+    struct rlimit now;
+    getrlimit(RLIMIT_NOFILE, &now);
+    assert_true(now.rlim_cur == rl.rlim_max);
+    for (uint64_t id = 1; id <= 150; id++) {
+        char ep[64];
+        snprintf(ep, sizeof ep, "tcp://127.0.0.1:%u", (unsigned)(20000 + id));
+        reg_arg r = {.id = id, .endpoint = ep, .replay = ""};
+        assert_int_equal(kvr_source_run(src, do_reg, &r), 0);
+    }
+    snap_arg s = {0};
+    assert_int_equal(kvr_source_run(src, do_snap, &s), 0);
+    assert_int_equal(s.n, 150);
+    kvr_source_destroy(src);
+    kvr_indexer_destroy(ix);
+    setrlimit(RLIMIT_NOFILE, &rl);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counter_list_covers_struct_and_sums),
+        cmocka_unit_test(test_listeners_beyond_the_soft_descriptor_limit),
         cmocka_unit_test(test_registry_changes_under_flood),
         cmocka_unit_test(test_replay_buffer_bound),
     };
