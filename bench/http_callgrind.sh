@@ -5,7 +5,9 @@
 # peer load is excluded) and covers every thread: HTTP, ingest, sweeper.
 # Prints Ir per request and the top functions (inclusive and self); the
 # profile stays in OUT (default /tmp) for callgrind_annotate.
-# usage: bench/http_callgrind.sh BUILD_DIR [requests] [workers] [route|query] [connections]
+# Endpoints metrics, workers and health are sent as GET, the others as POST
+# with the fixture's bodies.
+# usage: bench/http_callgrind.sh BUILD_DIR [requests] [workers] [route|query|metrics|...] [connections]
 set -eu
 BUILD=${1:?build dir}; N=${2:-2000}; NWORKERS=${3:-64}; EP=${4:-route}; CONN=${5:-2}
 OUT=${OUT:-/tmp}
@@ -14,7 +16,8 @@ PROF="$OUT/callgrind.http.$EP.$NWORKERS.$$"
 fixture_start "$BUILD" "$NWORKERS" valgrind --tool=callgrind --instr-atstart=no \
     --callgrind-out-file="$PROF"
 callgrind_control -i on "$SRV" >/dev/null
-python3 "$HERE/http_client.py" "$PORT" "/$EP" "$DIR/bodies.txt" "$N" "$CONN"
+case $EP in metrics|workers|health) METHOD=GET ;; *) METHOD=POST ;; esac
+python3 "$HERE/http_client.py" "$PORT" "/$EP" "$DIR/bodies.txt" "$N" "$CONN" "$METHOD"
 callgrind_control -i off "$SRV" >/dev/null
 kill -INT "$SRV"; wait "$SRV" 2>/dev/null || true; SRV=
 TOTAL=$(callgrind_annotate "$PROF" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1; exit}')

@@ -198,7 +198,8 @@ typedef struct {
     bool wide_seen;                /* any rank saw a wide id since (re)registration */
     uint64_t resets;               /* registrations that returned RESET */
     uint64_t batches_rejected;     /* dp_rank beyond KVR_MAX_DP_RANKS distinct ranks */
-    kvr_rank_info ranks[KVR_MAX_RANKS_INFO];
+    kvr_worker *worker;            /* its handle (as kvr_indexer_find gives it) */
+    kvr_rank_info ranks[KVR_MAX_RANKS_INFO]; /* entries past n_ranks are not written */
 } kvr_worker_info;
 
 void kvr_worker_info_get(kvr_indexer *ix, kvr_worker *w, kvr_worker_info *out);

@@ -125,6 +125,7 @@ void kvr_source_counters_add(kvr_source_counters *a, const kvr_source_counters *
 #define KVR_ENDPOINT_MAX 512
 #define KVR_REPLAY_ERROR_MAX 128
 typedef struct {
+    const kvr_worker *worker; /* the listener's worker (handle) */
     uint64_t worker_id;
     uint32_t dp_rank;
     char endpoint[KVR_ENDPOINT_MAX];

@@ -367,6 +367,7 @@ size_t kvr_source_count(kvr_source *src, kvr_worker *w)
 
 static void listener_info(const kvr_listener *l, double now, kvr_listener_info *o)
 {
+    o->worker = l->w;
     o->worker_id = l->worker_id;
     o->dp_rank = l->rank;
     memcpy(o->endpoint, l->endpoint, sizeof o->endpoint);

@@ -407,6 +407,15 @@ static inline kvr_server *th_server_start(const kvr_server_config *cfg, char *ba
     return srv;
 }
 
+/* th_server_start with the default configuration on a free port. */
+static inline kvr_server *th_server_start_default(char *base, size_t cap)
+{
+    kvr_server_config cfg;
+    kvr_server_config_default(&cfg);
+    cfg.port = 0;
+    return th_server_start(&cfg, base, cap);
+}
+
 /* Whether GET /workers lists instance id. */
 static inline bool th_has_worker(const char *base, uint64_t id)
 {
