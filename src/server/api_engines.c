@@ -160,7 +160,7 @@ json_t *kvr_api_engine_json(const kvr_engine_info *e)
     json_object_set_new(o, "url", json_string(e->url));
     json_object_set_new(o, "kind", json_string(kvr_engine_kind_name(e->kind)));
     json_object_set_new(o, "origin", json_string(kvr_origin_name(e->origin)));
-    json_object_set_new(o, "instance_id", kvr_json_u64_num(e->worker_id));
+    json_object_set_new(o, "instance_id", kvr_json_u64_reply(e->worker_id));
     json_object_set_new(o, "model_name", str_or_null(e->model_name));
     json_object_set_new(o, "routing_group", json_string(e->routing_group));
     json_object_set_new(o, "state", json_string(kvr_engine_state_name(e->state)));

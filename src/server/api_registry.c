@@ -199,7 +199,7 @@ void kvr_api_register(kvr_server *srv, json_t *body, kvr_api_reply *reply)
     /* Dynamo's client reads "status": "ok"; what happened is "result". */
     reply->body = json_pack("{s:s,s:s,s:o,s:I,s:s,s:s,s:I,s:s,s:b,s:b,s:b}", "status", "ok",
                             "result", kvr_registry_result_name(res), "instance_id",
-                            kvr_json_u64_num(s->worker_id), "dp_rank", (json_int_t)reg.dp_rank,
+                            kvr_json_u64_reply(s->worker_id), "dp_rank", (json_int_t)reg.dp_rank,
                             "model_name", s->model_name, "routing_group", s->routing_group,
                             "block_size", (json_int_t)s->block_size, "mm_identity",
                             kvr_mm_identity_name(out.mm_identity), "accepts_mm_hashes",
@@ -259,7 +259,7 @@ void kvr_api_unregister(kvr_server *srv, json_t *body, kvr_api_reply *reply)
     }
     reply->status = 200;
     reply->body = json_pack("{s:s,s:s,s:o,s:I,s:I,s:I}", "status", "ok", "result", "unregistered",
-                            "instance_id", kvr_json_u64_num(u.worker_id), "ranks_removed",
+                            "instance_id", kvr_json_u64_reply(u.worker_id), "ranks_removed",
                             (json_int_t)out.ranks_removed, "workers_removed",
                             (json_int_t)out.workers_removed, "listeners_stopped",
                             (json_int_t)out.listeners_stopped);

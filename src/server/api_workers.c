@@ -83,8 +83,8 @@ static json_t *ranks_json(const kvr_worker_info *wi, const kvr_listener_info *ls
         json_object_set_new(o, "topic", json_string(l->topic));
         json_object_set_new(o, "listener_state", json_string(kvr_listener_state_name(l->state)));
         json_object_set_new(o, "connected", json_boolean(l->connected));
-        json_object_set_new(o, "last_seq", l->has_seq ? kvr_json_u64_num(l->last_seq) : json_null());
-        json_object_set_new(o, "cursor", l->has_cursor ? kvr_json_u64_num(l->cursor) : json_null());
+        json_object_set_new(o, "last_seq", l->has_seq ? kvr_json_u64_reply(l->last_seq) : json_null());
+        json_object_set_new(o, "cursor", l->has_cursor ? kvr_json_u64_reply(l->cursor) : json_null());
         json_object_set_new(o, "replay_state",
                             json_string(kvr_replay_state_name(l->replay_state)));
         json_object_set_new(o, "replay_backoff_s", json_real(l->replay_backoff_s));
@@ -145,7 +145,7 @@ static json_t *worker_json(const kvr_worker_info *wi, const kvr_listener_info *l
                                ? (wi->wide_seen ? "engine_wide" : "legacy")
                                : kvr_mm_identity_name(wi->mm_identity);
     json_t *w = json_object();
-    json_object_set_new(w, "instance_id", kvr_json_u64_num(wi->worker_id));
+    json_object_set_new(w, "instance_id", kvr_json_u64_reply(wi->worker_id));
     json_object_set_new(w, "source", json_string("zmq"));
     json_object_set_new(w, "status", json_string(kvr_lstatus_name(kvr_worker_status(ls, n_ls))));
     json_object_set_new(w, "model_name", json_string(wi->model_name));

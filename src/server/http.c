@@ -184,7 +184,7 @@ static enum MHD_Result send_reply(struct MHD_Connection *conn, kvr_api_reply *re
     if (!text) {
         if (!reply->body)
             reply->body = json_object();
-        text = json_dumps(reply->body, JSON_COMPACT);
+        text = kvr_json_dumps(reply->body, JSON_COMPACT);
         ctype = "application/json";
         if (!text) {
             text = strdup("{\"error\":\"out of memory\"}");

@@ -108,6 +108,45 @@ bool kvr_json_body_u64(const json_t *v, uint64_t *out)
     return true;
 }
 
+json_t *kvr_json_u64_marker(uint64_t v)
+{
+    char m[64];
+    snprintf(m, sizeof m, "%s" "u%" PRIu64, prefix(), v);
+    return json_string(m);
+}
+
+char *kvr_json_dumps(const json_t *j, size_t flags)
+{
+    char *text = json_dumps(j, flags);
+    if (!text)
+        return NULL;
+    /* jansson writes a marker as the string "\u0001kvr<nonce>u<digits>";
+     * the reply gets the bare digits in its place. */
+    prefix();
+    size_t jl = strlen(g_jprefix);
+    char *first = strstr(text, g_jprefix);
+    if (!first || first == text)
+        return text;
+    char *w = first - 1;
+    const char *r = w;
+    while (*r) {
+        if (r[0] == '"' && strncmp(r + 1, g_jprefix, jl) == 0 && r[1 + jl] == 'u') {
+            const char *d = r + 2 + jl, *e = d;
+            while (*e >= '0' && *e <= '9')
+                e++;
+            if (e > d && *e == '"') {
+                memmove(w, d, (size_t)(e - d));
+                w += e - d;
+                r = e + 1;
+                continue;
+            }
+        }
+        *w++ = *r++;
+    }
+    *w = 0;
+    return text;
+}
+
 static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 static inline bool push_val(fast_state *st, json_int_t v)

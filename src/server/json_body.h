@@ -24,6 +24,15 @@ json_t *kvr_json_load_body(const char *buf, size_t len, size_t flags, json_error
  * client sent: the marker carries a per-process random nonce. */
 bool kvr_json_body_u64(const json_t *v, uint64_t *out);
 
+/* The writing side, for replies built as jansson trees: jansson cannot hold
+ * an integer above INT64_MAX, so a u64 identity above it goes in the tree
+ * as a marker, and kvr_json_dumps (json_dumps with flags) writes each
+ * marker as the bare JSON number. Dumped by json_dumps instead, a marker
+ * would be a string no reader expects: trees with markers go through
+ * kvr_json_dumps. */
+json_t *kvr_json_u64_marker(uint64_t v);
+char *kvr_json_dumps(const json_t *j, size_t flags);
+
 typedef struct {
     /* Top-level members (NULL-terminated) that stay out of the tree when
      * they are long arrays of plain integers within int64; read them with

@@ -127,3 +127,8 @@ json_t *kvr_json_u64_num(uint64_t v)
     snprintf(buf, sizeof buf, "%" PRIu64, v);
     return json_string(buf);
 }
+
+json_t *kvr_json_u64_reply(uint64_t v)
+{
+    return v <= (uint64_t)INT64_MAX ? json_integer((json_int_t)v) : kvr_json_u64_marker(v);
+}

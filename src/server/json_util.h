@@ -30,7 +30,12 @@ bool kvr_json_get_str(json_t *obj, const char *key, bool required, bool nonempty
 bool kvr_json_get_bool(json_t *obj, const char *key, bool *present, bool *out,
                        kvr_json_err *err);
 
-/* A JSON integer when it fits in int64, else a decimal string. */
+/* A JSON integer when it fits in int64, else a decimal string: for text
+ * that plain jansson reads back (the cluster's registration values). */
 json_t *kvr_json_u64_num(uint64_t v);
+/* A u64 in a reply: a JSON integer, above INT64_MAX a marker that the
+ * reply writer (kvr_json_dumps) writes as the bare number, as Dynamo
+ * writes its u64 ids. */
+json_t *kvr_json_u64_reply(uint64_t v);
 
 #endif

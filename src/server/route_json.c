@@ -15,7 +15,7 @@ static void write_costs(kvr_sbuf *o, const kvr_route_decision *d)
     for (size_t i = 0; i < d->n_costs; i++) {
         const kvr_route_cost *c = &d->costs[i];
         KEY(o, "{\"worker_id\":");
-        kvr_sbuf_json_u64_id(o, c->worker_id);
+        kvr_sbuf_u64(o, c->worker_id);
         KEY(o, ",\"dp_rank\":");
         kvr_sbuf_u64(o, c->dp_rank);
         KEY(o, ",\"gpu_blocks\":");
@@ -70,7 +70,7 @@ char *kvr_route_json(const kvr_route_request *rq, const kvr_route_decision *d, s
 {
     kvr_sbuf o = {0};
     KEY(&o, "{\"worker_id\":");
-    kvr_sbuf_json_u64_id(&o, d->worker_id);
+    kvr_sbuf_u64(&o, d->worker_id);
     KEY(&o, ",\"dp_rank\":");
     kvr_sbuf_u64(&o, d->dp_rank);
     KEY(&o, ",\"overlap_tokens\":");

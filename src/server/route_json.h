@@ -5,8 +5,8 @@
  *    "routing_tokens", "reason", "request_id", "engine",
  *    "mm_hashes" | "multi_modal_uuids" (with forward_mm_hashes),
  *    "costs": [...], "cost" (debug only)}
- * worker_id is a JSON integer up to INT64_MAX and a decimal string above
- * (kvr_json_u64_num); reals are written as jansson writes them. */
+ * worker_id is a JSON integer over the whole u64 range, as Dynamo writes
+ * it; reals are written as jansson writes them. */
 #ifndef KVR_SERVER_ROUTE_JSON_H
 #define KVR_SERVER_ROUTE_JSON_H
 

@@ -59,16 +59,6 @@ void kvr_sbuf_u64(kvr_sbuf *b, uint64_t v)
     kvr_sbuf_append(b, d + i, sizeof d - i);
 }
 
-void kvr_sbuf_json_u64_id(kvr_sbuf *b, uint64_t v)
-{
-    bool quoted = v > (uint64_t)INT64_MAX;
-    if (quoted)
-        KVR_SBUF_LIT(b, "\"");
-    kvr_sbuf_u64(b, v);
-    if (quoted)
-        KVR_SBUF_LIT(b, "\"");
-}
-
 /* Length of the UTF-8 sequence at s (1..4) when it is a valid one (no
  * overlong form, no surrogate, at most U+10FFFF), else 0. */
 static size_t utf8_len(const unsigned char *s)

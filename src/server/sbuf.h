@@ -32,9 +32,6 @@ void kvr_sbuf_json_str(kvr_sbuf *b, const char *s);
  * integer, the exponent without '+' or leading zeros); null when not
  * finite (jansson has no value for it). */
 void kvr_sbuf_json_real(kvr_sbuf *b, double v);
-/* A u64 identity as the replies write it (json_util.h kvr_json_u64_num): a
- * JSON integer up to INT64_MAX, above it a decimal string. */
-void kvr_sbuf_json_u64_id(kvr_sbuf *b, uint64_t v);
 /* Hands the text over (caller frees; *len its length), or NULL when the
  * buffer failed or is empty; the buffer is reset either way. */
 char *kvr_sbuf_take(kvr_sbuf *b, size_t *len);

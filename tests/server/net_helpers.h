@@ -298,7 +298,52 @@ static inline long th_http(const char *method, const char *url, const char *body
     return code;
 }
 
-/* POST/GET with JSON reply parsed (NULL if not JSON). */
+/* JSON text with every integer above INT64_MAX (kvrouter writes u64 ids as
+ * bare numbers, as Dynamo does; jansson refuses them) turned into its
+ * decimal string, which the tests' id readers take. malloc'd. */
+static inline char *th_quote_big_ints(const char *t)
+{
+    size_t n = strlen(t), o = 0;
+    char *out = malloc(n * 2 + 1);
+    bool in_str = false;
+    for (size_t i = 0; out && i < n;) {
+        char c = t[i];
+        if (in_str) {
+            out[o++] = c;
+            if (c == '\\' && i + 1 < n)
+                out[o++] = t[++i];
+            else if (c == '"')
+                in_str = false;
+            i++;
+            continue;
+        }
+        if (c == '"')
+            in_str = true;
+        if (c >= '0' && c <= '9' && (i == 0 || !strchr("-.0123456789eE+", t[i - 1]))) {
+            size_t j = i;
+            while (j < n && t[j] >= '0' && t[j] <= '9')
+                j++;
+            bool big = j - i > 19 || (j - i == 19 && strncmp(t + i, "9223372036854775807", 19) > 0);
+            bool plain = j == n || !strchr(".eE", t[j]);
+            if (big && plain)
+                out[o++] = '"';
+            memcpy(out + o, t + i, j - i);
+            o += j - i;
+            if (big && plain)
+                out[o++] = '"';
+            i = j;
+            continue;
+        }
+        out[o++] = c;
+        i++;
+    }
+    if (out)
+        out[o] = 0;
+    return out;
+}
+
+/* POST/GET with JSON reply parsed (NULL if not JSON); u64 numbers above
+ * INT64_MAX come back as decimal strings (th_quote_big_ints). */
 static inline json_t *th_json(const char *method, const char *base, const char *path,
                               const char *body, long *status)
 {
@@ -308,7 +353,9 @@ static inline json_t *th_json(const char *method, const char *base, const char *
     long st = th_http(method, url, body, body ? strlen(body) : 0, &out);
     if (status)
         *status = st;
-    json_t *j = json_loads(out, 0, NULL);
+    char *q = th_quote_big_ints(out);
+    json_t *j = q ? json_loads(q, 0, NULL) : NULL;
+    free(q);
     free(out);
     return j;
 }

@@ -32,8 +32,18 @@ static long post(const char *base, const char *path, const char *body, json_t **
     return st;
 }
 
-/* A u64 in a reply: kvrouter writes one above INT64_MAX as a decimal
- * string (jansson cannot write the number). */
+/* The raw reply text of method path (body may be NULL); malloc'd. */
+static char *raw(const char *method, const char *base, const char *path, const char *body)
+{
+    char url[512];
+    snprintf(url, sizeof url, "%s%s", base, path);
+    char *out = NULL;
+    assert_int_equal(th_http(method, url, body, body ? strlen(body) : 0, &out), 200);
+    return out;
+}
+
+/* A u64 in a reply as th_json reads it: a JSON integer, or above
+ * INT64_MAX the bare number th_json hands over as its decimal string. */
 static bool reply_u64(const json_t *v, uint64_t *out)
 {
     if (json_is_integer(v)) {
@@ -97,6 +107,21 @@ static void test_u64_numbers_on_every_endpoint(void **state)
     assert_true(reply_u64(json_object_get(r, "worker_id"), &chosen));
     assert_true(chosen == UINT64_MAX);
     json_decref(r);
+    /* ids above INT64_MAX are written as JSON numbers, as Dynamo writes them
+     * (before: decimal strings), in /route, /workers, /engines-free replies */
+    const char *route2 = "{\"model_name\":\"m\",\"request_id\":\"r2\",\"token_ids\":[1,2,3,4],\"debug\":true}";
+    char *text = raw("POST", base, "/route", route2);
+    if (!strstr(text, "{\"worker_id\":" BIG ",") || !strstr(text, "\"costs\":[{\"worker_id\":" BIG ","))
+        fail_msg("/route: %s", text);
+    free(text);
+    text = raw("GET", base, "/workers", NULL);
+    if (!strstr(text, "[{\"instance_id\":" BIG ",") || strstr(text, "\"" BIG "\""))
+        fail_msg("/workers: %s", text);
+    free(text);
+    json_t *w = th_json("GET", base, "/workers", NULL, NULL);
+    assert_true(reply_u64(json_object_get(json_array_get(w, 0), "instance_id"), &chosen));
+    assert_true(chosen == UINT64_MAX);
+    json_decref(w);
     /* /unregister by the number: the worker goes */
     assert_int_equal(post(base, "/unregister", "{\"instance_id\":" BIG ",\"model_name\":\"m\"}", NULL),
                      200);

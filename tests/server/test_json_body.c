@@ -523,6 +523,34 @@ static void test_route_handler_books_and_takes_u64_mm_hash(void **state)
     kvr_server_stop(srv);
 }
 
+/* The writing side: markers become bare numbers, in objects and arrays,
+ * and read back through the body parser as the same u64; text that merely
+ * looks like a marker (no nonce) stays a string. */
+static void test_u64_markers_written_as_numbers(void **state)
+{
+    (void)state;
+    json_t *o = json_pack("{s:o,s:[o,I,o],s:s,s:o}", "instance_id",
+                          kvr_json_u64_marker(UINT64_MAX), "allowed_workers",
+                          kvr_json_u64_marker(9223372036854775808ull), (json_int_t)5,
+                          kvr_json_u64_marker(0), "name", "\001kvru12", "worker_id",
+                          json_integer(7));
+    assert_non_null(o);
+    char *text = kvr_json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+    assert_string_equal(text, "{\"allowed_workers\":[9223372036854775808,5,0],"
+                              "\"instance_id\":18446744073709551615,\"name\":\"\\u0001kvru12\","
+                              "\"worker_id\":7}");
+    json_t *back = kvr_json_load_body(text, strlen(text), 0, NULL);
+    uint64_t v = 0;
+    assert_true(kvr_json_u64(json_object_get(back, "instance_id"), false, &v));
+    assert_true(v == UINT64_MAX);
+    assert_true(kvr_json_u64(json_array_get(json_object_get(back, "allowed_workers"), 0), false,
+                             &v));
+    assert_true(v == 9223372036854775808ull);
+    json_decref(back);
+    free(text);
+    json_decref(o);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -532,6 +560,7 @@ int main(void)
         cmocka_unit_test(test_vec_keys_only_top_level),
         cmocka_unit_test(test_u32_view_same_either_way),
         cmocka_unit_test(test_u64_fields_above_int64),
+        cmocka_unit_test(test_u64_markers_written_as_numbers),
         cmocka_unit_test(test_placeholder_in_key_position_is_invalid),
         cmocka_unit_test(test_query_handler_names_bad_token),
         cmocka_unit_test(test_route_handler_books_and_takes_u64_mm_hash),
