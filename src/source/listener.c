@@ -338,6 +338,12 @@ void kvr_listener_on_timeout(kvr_source *src, kvr_listener *l)
         replay_failed(src, l, "timeout", true);
 }
 
+void kvr_listener_on_replay_refused(kvr_source *src, kvr_listener *l)
+{
+    if (l->state == KVR_LISTENER_REPLAYING && !l->replay_got_first)
+        replay_failed(src, l, "connection refused", true);
+}
+
 /* ---------------------------------------------------------------- live */
 
 /* A restart seen on the live socket: the number went back. */

@@ -91,16 +91,9 @@ void kvr_watch_close(kvr_source *src, kvr_watch *w)
 
 static void service_monitor(kvr_source *src, kvr_listener *l)
 {
-    zmq_msg_t f[2];
-    size_t n;
-    while (l->mon.sock && kvr_zmq_recv_frames(l->mon.sock, ZMQ_DONTWAIT, f, 2, &n)) {
-        if (n == 2 && zmq_msg_size(&f[0]) >= 2) {
-            uint16_t event;
-            memcpy(&event, zmq_msg_data(&f[0]), sizeof event);
-            kvr_listener_on_monitor(src, l, event);
-        }
-        kvr_zmq_close_frames(f, 2, n);
-    }
+    uint16_t event;
+    while (kvr_monitor_next(&l->mon, &event))
+        kvr_listener_on_monitor(src, l, event);
 }
 
 static void service_sub(kvr_source *src, kvr_listener *l)
@@ -127,6 +120,21 @@ static void service_sub(kvr_source *src, kvr_listener *l)
             kvr_listener_on_live(src, l, seq, zmq_msg_data(&f[2]), zmq_msg_size(&f[2]));
         kvr_zmq_close_frames(f, KVR_MAX_FRAMES, n);
     }
+}
+
+/* The replay DEALER's monitor: ZMQ_EVENT_CONNECT_RETRIED is an attempt the
+ * endpoint refused (nothing listens there: a dead engine, a wrong port). */
+static void service_dealer_monitor(kvr_source *src, kvr_listener *l)
+{
+    uint16_t event;
+    uint32_t refused = 0;
+    while (kvr_monitor_next(&l->dealer_mon, &event))
+        refused += event == ZMQ_EVENT_CONNECT_RETRIED;
+    if (refused == 0 || l->state != KVR_LISTENER_REPLAYING)
+        return;
+    l->replay_refusals += refused;
+    if (l->replay_refusals >= KVR_REPLAY_REFUSALS)
+        kvr_listener_on_replay_refused(src, l);
 }
 
 static void service_dealer(kvr_source *src, kvr_listener *l)
@@ -177,6 +185,9 @@ static void service_ready(kvr_source *src)
             break;
         case KVR_WATCH_DEALER:
             service_dealer(src, w->l);
+            break;
+        case KVR_WATCH_DEALER_MON:
+            service_dealer_monitor(src, w->l);
             break;
         case KVR_WATCH_WAKE:
             break;

@@ -3,7 +3,6 @@
  * peer-recovery hold. The thread itself is loop.c; the sequence rule is
  * listener.c. */
 #include <errno.h>
-#include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,9 +150,7 @@ kvr_source *kvr_source_create(kvr_indexer *ix, const kvr_source_config *cfg)
 
 static void close_sub(kvr_source *src, kvr_listener *l)
 {
-    if (l->sub.sock)
-        zmq_socket_monitor(l->sub.sock, NULL, 0);
-    kvr_watch_close(src, &l->mon);
+    kvr_monitor_close(src, &l->mon, l->sub.sock);
     kvr_watch_close(src, &l->sub);
     l->connected = false;
     l->disconnected = false;
@@ -210,38 +207,27 @@ static kvr_listener *find_listener(kvr_source *src, kvr_worker *w, uint32_t rank
 static bool open_sub(kvr_source *src, kvr_listener *l)
 {
     void *s = zmq_socket(src->zctx, ZMQ_SUB);
-    void *m = zmq_socket(src->zctx, ZMQ_PAIR);
-    char addr[64];
-    snprintf(addr, sizeof addr, "inproc://kvr-source-monitor-%" PRIu64, ++src->mon_seq);
+    if (!s)
+        return false;
     int zero = 0;
-    bool ok = s && m;
-    if (ok) {
-        zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
-        zmq_setsockopt(m, ZMQ_LINGER, &zero, sizeof zero);
-        zmq_setsockopt(s, ZMQ_RCVHWM, &src->cfg.rcv_hwm, sizeof src->cfg.rcv_hwm);
-        zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &src->cfg.max_msg_size, sizeof src->cfg.max_msg_size);
-        zmq_setsockopt(s, ZMQ_RECONNECT_IVL_MAX, &src->cfg.reconnect_max_ms,
-                       sizeof src->cfg.reconnect_max_ms);
-        ok = zmq_setsockopt(s, ZMQ_SUBSCRIBE, l->topic, strlen(l->topic)) == 0 &&
-             zmq_socket_monitor(s, addr,
-                                ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
-                                    ZMQ_EVENT_DISCONNECTED) == 0 &&
-             zmq_connect(m, addr) == 0 && zmq_connect(s, l->endpoint) == 0;
-    }
-    if (ok && kvr_watch_open(src, &l->sub, s) == 0) {
-        s = NULL;
-        ok = kvr_watch_open(src, &l->mon, m) == 0;
-        m = NULL;
-    } else {
-        ok = false;
-    }
-    if (s)
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_RCVHWM, &src->cfg.rcv_hwm, sizeof src->cfg.rcv_hwm);
+    zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &src->cfg.max_msg_size, sizeof src->cfg.max_msg_size);
+    zmq_setsockopt(s, ZMQ_RECONNECT_IVL_MAX, &src->cfg.reconnect_max_ms,
+                   sizeof src->cfg.reconnect_max_ms);
+    if (zmq_setsockopt(s, ZMQ_SUBSCRIBE, l->topic, strlen(l->topic)) != 0 ||
+        kvr_monitor_open(src, &l->mon, s,
+                         ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                             ZMQ_EVENT_DISCONNECTED) != 0) {
         zmq_close(s);
-    if (m)
-        zmq_close(m);
-    if (!ok)
-        close_sub(src, l);
-    return ok;
+        return false;
+    }
+    if (zmq_connect(s, l->endpoint) != 0 || kvr_watch_open(src, &l->sub, s) != 0) {
+        kvr_monitor_close(src, &l->mon, s);
+        zmq_close(s);
+        return false;
+    }
+    return true;
 }
 
 bool kvr_source_endpoint_valid(kvr_source *src, const char *endpoint)
@@ -271,6 +257,7 @@ static void init_watches(kvr_listener *l)
     l->sub = (kvr_watch){.l = l, .fd = -1, .kind = KVR_WATCH_SUB};
     l->mon = (kvr_watch){.l = l, .fd = -1, .kind = KVR_WATCH_MON};
     l->dealer = (kvr_watch){.l = l, .fd = -1, .kind = KVR_WATCH_DEALER};
+    l->dealer_mon = (kvr_watch){.l = l, .fd = -1, .kind = KVR_WATCH_DEALER_MON};
     kvr_timer_init(&l->replay_timer);
 }
 

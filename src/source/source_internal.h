@@ -3,8 +3,8 @@
  * (replay.c) and the timers (timers.c). Everything here is touched by the
  * ingest thread only, except the command queue (guarded by mu).
  *
- * Sockets and wake-ups: every ZeroMQ socket (SUB, its monitor PAIR, a replay
- * DEALER) has a kvr_watch registered in one epoll set on the socket's
+ * Sockets and wake-ups: every ZeroMQ socket (SUB, a replay DEALER, the monitor
+ * PAIR of each) has a kvr_watch registered in one epoll set on the socket's
  * ZMQ_FD. That descriptor is a notification, not a level: libzmq clears it
  * whenever it processes the socket's commands, which any send, recv or
  * ZMQ_EVENTS query may do. So a watch that was woken, or that we sent or
@@ -28,7 +28,18 @@ typedef struct {
 
 #define KVR_LISTENER_MAX_SEEN_RANKS 8
 
-typedef enum { KVR_WATCH_SUB, KVR_WATCH_MON, KVR_WATCH_DEALER, KVR_WATCH_WAKE } kvr_watch_kind;
+/* Refused connection attempts (ZeroMQ retries every 100 ms or so) after
+ * which a replay endpoint counts as dead: more than one, so an engine that
+ * binds its replay socket a moment after its publisher is not given up. */
+#define KVR_REPLAY_REFUSALS 3
+
+typedef enum {
+    KVR_WATCH_SUB,
+    KVR_WATCH_MON,
+    KVR_WATCH_DEALER,
+    KVR_WATCH_DEALER_MON, /* the DEALER's monitor: a refused connection fails at once */
+    KVR_WATCH_WAKE
+} kvr_watch_kind;
 
 typedef struct kvr_watch {
     struct kvr_listener *l; /* NULL for the wake eventfd */
@@ -51,7 +62,7 @@ typedef struct kvr_listener {
     char endpoint[KVR_ENDPOINT_MAX];
     char replay_endpoint[KVR_ENDPOINT_MAX];
     char topic[KVR_NAME_MAX];
-    kvr_watch sub, mon, dealer;
+    kvr_watch sub, mon, dealer, dealer_mon;
 
     kvr_listener_state state;
     bool has_next; /* a cursor exists: next is the sequence number expected */
@@ -74,6 +85,7 @@ typedef struct kvr_listener {
     bool replay_verify;   /* first reply must be seq replay_from with last_digest */
     bool replay_got_first;
     bool replay_incomplete;
+    uint32_t replay_refusals; /* connection attempts the endpoint refused (its monitor) */
     kvr_timer replay_timer;
     kvr_pending_msg *buf;
     size_t n_buf, cap_buf;
@@ -163,6 +175,9 @@ void kvr_listener_on_replay(kvr_source *src, kvr_listener *l, size_t n_frames,
                             size_t len);
 /* The replay deadline passed. */
 void kvr_listener_on_timeout(kvr_source *src, kvr_listener *l);
+/* The replay endpoint refused KVR_REPLAY_REFUSALS attempts in a row (the
+ * DEALER's monitor said so). */
+void kvr_listener_on_replay_refused(kvr_source *src, kvr_listener *l);
 /* Drops any replay and buffered messages; resets the cursor. */
 void kvr_listener_reset(kvr_source *src, kvr_listener *l);
 void kvr_listener_free_buffer(kvr_source *src, kvr_listener *l);
@@ -175,6 +190,14 @@ void kvr_listener_hold(kvr_source *src, kvr_listener *l);
  * stands), whose payload digest is *cursor_digest when known. */
 void kvr_listener_release(kvr_source *src, kvr_listener *l, bool has_cursor, uint64_t cursor,
                           const uint64_t *cursor_digest);
+
+/* monitor.c: a monitor (mon) on sock for the ZMQ_EVENT_* in events,
+ * watched; -1 with nothing left open. */
+int kvr_monitor_open(kvr_source *src, kvr_watch *mon, void *sock, int events);
+/* Stops sock's monitor (sock may be NULL: already closed) and closes mon. */
+void kvr_monitor_close(kvr_source *src, kvr_watch *mon, void *sock);
+/* The next event the monitor holds; false when none is left. */
+bool kvr_monitor_next(kvr_watch *mon, uint16_t *event);
 
 /* replay.c: the DEALER side of a replay and the endpoint's backoff. */
 bool kvr_replay_usable(kvr_source *src, const kvr_listener *l, double now);

@@ -218,15 +218,29 @@ static void th_proc_serve_replay(void *router, const th_proc_hist *hist, size_t 
     kvr_zmq_close_frames(f, 4, n);
 }
 
+static void th_proc_print_set(const char *tag, const th_cache *c)
+{
+    static uint64_t vis[TH_CACHE_MAX];
+    size_t n = th_cache_visible_set(c, vis, TH_CACHE_MAX);
+    printf("%s %zu", tag, n);
+    for (size_t i = 0; i < n; i++)
+        printf(" %llu", (unsigned long long)vis[i]);
+    th_proc_reply("\n");
+}
+
 /* argv: --engine-proc PUB_EP ROUTER_EP SEED. Commands on stdin, one a line:
- * "pub N" (publish N steps; "ok <next seq>"), "wait" (until a subscriber
- * joined; "ok"), "held" ("held <n> <hash>..." of the visible cache), "quit". */
+ * "pub N [D]" (publish N steps; with D, the batch of every seq with seq % D
+ * == D / 2 is kept for replay but not sent live, as a lossy link drops it;
+ * "ok <next seq>"), "wait" (until a subscriber joined; "ok"), "held" ("held
+ * <n> <hash>..." of the visible cache), "sent" (the same for an index fed
+ * only what went out live), "quit". */
 static inline int th_engine_proc_main(int argc, char **argv)
 {
     if (argc < 5)
         return 2;
-    static th_cache cache;
+    static th_cache cache, sent;
     th_cache_init(&cache, strtoull(argv[4], NULL, 10));
+    th_cache_init(&sent, 0);
     void *ctx = zmq_ctx_new();
     void *pub = zmq_socket(ctx, ZMQ_XPUB);
     void *router = zmq_socket(ctx, ZMQ_ROUTER);
@@ -284,7 +298,9 @@ static inline int th_engine_proc_main(int argc, char **argv)
         line[line_len] = 0;
         line_len = 0;
         if (strncmp(line, "pub ", 4) == 0) {
-            long n = atol(line + 4);
+            char *end;
+            long n = strtol(line + 4, &end, 10);
+            long drop_every = strtol(end, NULL, 10);
             for (long i = 0; i < n; i++) {
                 th_step s;
                 th_cache_step(&cache, &s);
@@ -296,9 +312,15 @@ static inline int th_engine_proc_main(int argc, char **argv)
                     memcpy(hist[n_hist].data, w.data, w.len);
                     hist[n_hist++].len = w.len;
                 }
-                zmq_send(pub, "", 0, ZMQ_SNDMORE);
-                th_send_seq(pub, seq++, ZMQ_SNDMORE);
-                zmq_send(pub, w.data, w.len, 0);
+                bool drop = drop_every > 0 && (long)(seq % (uint64_t)drop_every) == drop_every / 2;
+                if (!drop) {
+                    zmq_send(pub, "", 0, ZMQ_SNDMORE);
+                    th_send_seq(pub, seq, ZMQ_SNDMORE);
+                    zmq_send(pub, w.data, w.len, 0);
+                    for (size_t k = 0; k < s.n; k++)
+                        th_cache_apply(&sent, &s.evs[k]);
+                }
+                seq++;
             }
             th_proc_reply("ok %llu\n", (unsigned long long)seq);
         } else if (strcmp(line, "wait") == 0) {
@@ -307,12 +329,9 @@ static inline int th_engine_proc_main(int argc, char **argv)
             else
                 waiting = true;
         } else if (strcmp(line, "held") == 0) {
-            static uint64_t vis[TH_CACHE_MAX];
-            size_t n = th_cache_visible_set(&cache, vis, TH_CACHE_MAX);
-            printf("held %zu", n);
-            for (size_t i = 0; i < n; i++)
-                printf(" %llu", (unsigned long long)vis[i]);
-            th_proc_reply("\n");
+            th_proc_print_set("held", &cache);
+        } else if (strcmp(line, "sent") == 0) {
+            th_proc_print_set("sent", &sent);
         } else if (strcmp(line, "quit") == 0) {
             break;
         }
@@ -392,18 +411,31 @@ static inline bool th_proc_pub(th_proc *p, long n)
     return th_proc_cmd(p, cmd, NULL);
 }
 
-/* The engine's visible cache, sorted; returns the count (-1 on error). */
-static inline long th_proc_held(th_proc *p, uint64_t *out, size_t cap)
+static inline bool th_proc_pub_dropping(th_proc *p, long n, long drop_every)
+{
+    char cmd[48];
+    snprintf(cmd, sizeof cmd, "pub %ld %ld", n, drop_every);
+    return th_proc_cmd(p, cmd, NULL);
+}
+
+/* A set the engine reports ("held": its visible cache; "sent": what an
+ * index fed only its live batches holds), sorted; the count, -1 on error. */
+static inline long th_proc_set(th_proc *p, const char *which, uint64_t *out, size_t cap)
 {
     char *line = NULL;
-    if (!th_proc_cmd(p, "held", &line))
+    if (!th_proc_cmd(p, which, &line))
         return -1;
-    char *s = line + 5, *end;
+    char *s = line + strlen(which), *end;
     long n = strtol(s, &end, 10);
     for (long i = 0; i < n && (size_t)i < cap; i++)
         out[i] = strtoull(end, &end, 10);
     free(line);
     return n;
+}
+
+static inline long th_proc_held(th_proc *p, uint64_t *out, size_t cap)
+{
+    return th_proc_set(p, "held", out, cap);
 }
 
 static inline void th_proc_kill(th_proc *p)

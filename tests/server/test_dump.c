@@ -436,8 +436,10 @@ static bool index_equals_engine(kvr_server *srv, const th_cache *c, uint64_t wor
     double end = th_now() + WAIT / 1000.0;
     do {
         ng = th_index_held(kvr_server_indexer(srv), worker, got, TH_CACHE_MAX);
-        if (th_sets_equal(want, nw, got, ng))
+        if (th_sets_equal(want, nw, got, ng)) {
+            fprintf(stderr, "  engine holds %zu blocks, index the same %zu\n", nw, ng);
             return true;
+        }
         th_sleep_ms(20);
     } while (th_now() < end);
     fprintf(stderr, "  engine holds %zu blocks, index %zu\n", nw, ng);
@@ -492,6 +494,13 @@ static void join_while_publishing(bool replay, bool config)
                         &st);
     assert_int_equal(st, 200);
     json_decref(q);
+    static const char *const names[] = {"batches",  "seq_gaps",       "lost_batches",
+                                        "replays_ok", "replays_failed", "restarts",
+                                        "rank_clears", "duplicates_skipped"};
+    fprintf(stderr, "  replica's counters:");
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        fprintf(stderr, " %s=%lld", names[i], th_counter(base_b, 11, "m", names[i]));
+    fprintf(stderr, "\n");
     assert_int_equal(th_counter(base_b, 11, "m", "lost_batches"), 0);
     kvr_server_stop(b);
     kvr_server_stop(a);
