@@ -346,6 +346,9 @@ void kvr_listener_on_replay_refused(kvr_source *src, kvr_listener *l)
 
 /* ---------------------------------------------------------------- live */
 
+static void on_live(kvr_source *src, kvr_listener *l, uint64_t seq, const void *payload,
+                    size_t len, bool went_back);
+
 /* A restart seen on the live socket: the number went back. */
 static void new_stream(kvr_source *src, kvr_listener *l, uint64_t seq, const void *payload,
                        size_t len)
@@ -356,7 +359,7 @@ static void new_stream(kvr_source *src, kvr_listener *l, uint64_t seq, const voi
     clear_rank(src, l);
     l->has_next = false;
     l->has_digest = false;
-    kvr_listener_on_live(src, l, seq, payload, len);
+    on_live(src, l, seq, payload, len, false);
 }
 
 /* Starts a replay from `from` with m held; false when m cannot be held. */
@@ -388,7 +391,7 @@ static void after_reconnect(kvr_source *src, kvr_listener *l, uint64_t seq, cons
         l->has_next = false;
         l->has_digest = false;
     }
-    kvr_listener_on_live(src, l, seq, payload, len);
+    on_live(src, l, seq, payload, len, false);
 }
 
 /* A reconnection while a replay runs: what is held and what comes may be two
@@ -409,7 +412,7 @@ static void reconnect_in_replay(kvr_source *src, kvr_listener *l, uint64_t seq,
     }
     l->has_next = false;
     l->has_digest = false;
-    kvr_listener_on_live(src, l, seq, payload, len);
+    on_live(src, l, seq, payload, len, false);
 }
 
 static void on_held(kvr_source *src, kvr_listener *l, uint64_t seq, const void *payload,
@@ -427,6 +430,16 @@ static void on_held(kvr_source *src, kvr_listener *l, uint64_t seq, const void *
 void kvr_listener_on_live(kvr_source *src, kvr_listener *l, uint64_t seq, const void *payload,
                           size_t len)
 {
+    bool went_back = l->has_live_seq && seq <= l->live_seq;
+    l->has_live_seq = true;
+    l->live_seq = seq;
+    on_live(src, l, seq, payload, len, went_back);
+}
+
+/* went_back: seq is not above the last number this connection delivered. */
+static void on_live(kvr_source *src, kvr_listener *l, uint64_t seq, const void *payload,
+                    size_t len, bool went_back)
+{
     l->last_event_time = kvr_source_now();
     if (l->held) {
         l->has_seq = true;
@@ -443,7 +456,7 @@ void kvr_listener_on_live(kvr_source *src, kvr_listener *l, uint64_t seq, const 
             new_stream(src, l, seq, payload, len); /* restarted under the replay */
         } else if (!buffer_msg(src, l, seq, payload, len)) {
             replay_failed(src, l, "live buffer full", false);
-            kvr_listener_on_live(src, l, seq, payload, len);
+            on_live(src, l, seq, payload, len, went_back);
         }
         return;
     }
@@ -466,6 +479,8 @@ void kvr_listener_on_live(kvr_source *src, kvr_listener *l, uint64_t seq, const 
     }
     if (seq == l->next) {
         apply(src, l, seq, payload, len);
+    } else if (seq < l->next && !went_back) {
+        l->c.duplicates_skipped++; /* a replay ran ahead of the live socket */
     } else if (seq < l->next) {
         new_stream(src, l, seq, payload, len);
     } else {
@@ -498,6 +513,7 @@ void kvr_listener_on_monitor(kvr_source *src, kvr_listener *l, uint16_t event)
     case ZMQ_EVENT_DISCONNECTED:
         l->connected = false;
         l->disconnected = true;
+        l->has_live_seq = false; /* the next connection numbers as it will */
         break;
     default:
         break;

@@ -155,6 +155,7 @@ static void close_sub(kvr_source *src, kvr_listener *l)
     l->connected = false;
     l->disconnected = false;
     l->reconnected = false;
+    l->has_live_seq = false;
 }
 
 static void free_listener(kvr_source *src, kvr_listener *l)

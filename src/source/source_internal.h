@@ -73,6 +73,13 @@ typedef struct kvr_listener {
     uint64_t last_digest; /* (a reconnection compares it with the replay's copy) */
     double last_event_time; /* monotonic seconds, 0 = never */
 
+    /* the last number the live socket delivered on this connection: a
+     * number below the cursor is a restart only when it is below this too
+     * (a replay can run ahead of the live socket; SPEC §2: what a replay
+     * covered is a duplicate) */
+    bool has_live_seq;
+    uint64_t live_seq;
+
     /* connection state from the SUB's monitor */
     bool connected;
     bool disconnected; /* the connection that carried the cursor's stream ended */

@@ -158,6 +158,14 @@ static inline bool th_engine_wait_sub(th_engine *e, int timeout_ms)
     return n >= 1 && buf[0] == 1;
 }
 
+/* Publishes on the live socket only. */
+static inline void th_engine_publish(th_engine *e, uint64_t seq, const void *payload, size_t len)
+{
+    zmq_send(e->pub, e->topic, strlen(e->topic), ZMQ_SNDMORE);
+    th_send_seq(e->pub, seq, ZMQ_SNDMORE);
+    zmq_send(e->pub, payload, len, 0);
+}
+
 /* Records in the history ring (for replay) and, when live, publishes. */
 static inline void th_engine_send(th_engine *e, uint64_t seq, const void *payload, size_t len,
                                   bool live)
@@ -171,11 +179,8 @@ static inline void th_engine_send(th_engine *e, uint64_t seq, const void *payloa
         h->len = len;
     }
     pthread_mutex_unlock(&e->mu);
-    if (live) {
-        zmq_send(e->pub, e->topic, strlen(e->topic), ZMQ_SNDMORE);
-        th_send_seq(e->pub, seq, ZMQ_SNDMORE);
-        zmq_send(e->pub, payload, len, 0);
-    }
+    if (live)
+        th_engine_publish(e, seq, payload, len);
 }
 
 /* A new engine process: history gone. */

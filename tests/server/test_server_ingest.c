@@ -308,6 +308,46 @@ static void test_gap_recovered_by_replay(void **state)
     th_engine_stop(&e);
 }
 
+/* The replay answers more than the live socket delivered yet (the engine
+ * published on while the router asked): the live copies of what the replay
+ * applied arrive after it, below the cursor, over the same connection. They
+ * are duplicates (SPEC 2), not a restart: nothing is cleared. */
+static void test_replay_ahead_of_live_is_not_a_restart(void **state)
+{
+    fixture *f = *state;
+    th_engine e;
+    th_engine_start(&e);
+    reg(f, 36, 0, &e, true, NULL);
+    assert_true(th_engine_wait_sub(&e, WAIT));
+    chain c;
+    make_chain(&c, 3000, 30000, 7);
+    send_store(&e, 0, &c, 0, 1, true);
+    assert_int_equal(th_wait_score(f->base, "m", c.local, 1, 36, 0, BS, WAIT), BS);
+    /* 1 lost live; 1..5 in the engine's history before any is delivered */
+    for (uint32_t seq = 1; seq <= 5; seq++)
+        send_store(&e, seq, &c, seq, 1, false);
+    kvr_wbuf w[5];
+    for (uint32_t seq = 1; seq <= 5; seq++) {
+        kvr_raw_event ev = th_store(c.hashes + seq, 1, c.hashes[seq - 1], c.tokens + seq * BS, BS);
+        kvr_wbuf_init(&w[seq - 1]);
+        kvr_wire_encode_batch(&w[seq - 1], KVR_WIRE_SGLANG, 1.0, &ev, 1, false, 0);
+    }
+    th_engine_publish(&e, 2, w[1].data, w[1].len); /* the gap: replay from 1 gives 1..5 */
+    assert_int_equal(th_wait_counter(f->base, 36, "m", "replays_ok", 1, WAIT), 1);
+    for (uint32_t seq = 3; seq <= 5; seq++) /* the live copies, late */
+        th_engine_publish(&e, seq, w[seq - 1].data, w[seq - 1].len);
+    send_store(&e, 6, &c, 6, 1, true);
+    assert_int_equal(th_wait_score(f->base, "m", c.local, 7, 36, 0, 7 * BS, WAIT), 7 * BS);
+    assert_int_equal(th_counter(f->base, 36, "m", "restarts"), 0);
+    assert_int_equal(th_counter(f->base, 36, "m", "rank_clears"), 0);
+    assert_int_equal(th_counter(f->base, 36, "m", "lost_batches"), 0);
+    assert_int_equal(th_counter(f->base, 36, "m", "duplicates_skipped"), 4);
+    assert_int_equal(th_counter(f->base, 36, "m", "replays_ok"), 1);
+    for (int i = 0; i < 5; i++)
+        kvr_wbuf_free(&w[i]);
+    th_engine_stop(&e);
+}
+
 static void test_replay_starting_later_clears(void **state)
 {
     fixture *f = *state;
@@ -504,6 +544,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_event_malformed_batch_bad_frames, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_gap_recovered_by_replay, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replay_ahead_of_live_is_not_a_restart, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_replay_starting_later_clears, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replay_timeout_counts_loss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_first_message_replays_from_zero, setup, teardown),
