@@ -7,6 +7,7 @@
 # nothing else on a shared machine publishes into the benchmark.
 #   fixture_start BUILD NWORKERS [command prefix...]   sets HERE DIR PORT SRV
 # PORT (and PORT + 1 for the peer) comes from the shell's pid unless set.
+# ROUTE_BENCH_SERVE_ARGS: more serve options (word-split).
 fixture_start() {
     _build=$1; _nworkers=$2; shift 2
     HERE=${HERE:-$(cd "$(dirname "$0")" && pwd)}
@@ -24,7 +25,7 @@ fixture_start() {
     done
     "$@" "$_build/kvrouter" serve --listen "127.0.0.1:$PORT" --config "$DIR/config.json" \
         --peers "http://127.0.0.1:$_peer_port" \
-        --http-threads 2 --router-opt booking_ttl_s=2 >"$DIR/serve.log" 2>&1 &
+        --http-threads 2 --router-opt booking_ttl_s=2 ${ROUTE_BENCH_SERVE_ARGS:-} >"$DIR/serve.log" 2>&1 &
     SRV=$!
     for _i in $(seq 600); do curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break; sleep 0.1; done
     grep -i "peer http" "$DIR/serve.log" || true

@@ -6,22 +6,29 @@
 # PERF_OUT=FILE records the server with perf (task-clock, call graphs)
 # during the run.
 # usage: bench/route_bench.sh BUILD_DIR [seconds] [connections] [workers] [route|query]
+# ROUTE_BENCH_SERVE_ARGS: more `kvrouter serve` options (bench/cluster_bench.sh
+# passes --nats ... there); ROUTE_BENCH_METRICS: a regex of /metrics lines to
+# print after the run.
 set -eu
 BUILD=${1:?build dir}; SECS=${2:-10}; CONN=${3:-16}; NWORKERS=${4:-64}; EP=${5:-route}
 . "$(cd "$(dirname "$0")" && pwd)/http_fixture.sh"
 fixture_start "$BUILD" "$NWORKERS"
 export ROUTE_BENCH_PATH="/$EP"
 cpu() { awk '{print $14 + $15}' /proc/$SRV/stat; }
-C0=$(cpu)
+# context switches of every thread of the server (voluntary + not)
+csw() { cat /proc/$SRV/task/*/status | awk '/ctxt_switches/ {n += $2} END {print n}'; }
+C0=$(cpu); S0=$(csw)
 if [ -n "${PERF_OUT:-}" ]; then
     perf record -q -e task-clock -g -p "$SRV" -o "$PERF_OUT" -- sleep "$SECS" 2>/dev/null &
     PERF_PID=$!
 fi
 wrk -t2 -c"$CONN" -d"${SECS}s" --latency -s "$HERE/route.lua" "http://127.0.0.1:$PORT/$EP" \
     | tee "$DIR/wrk.out"
-C1=$(cpu)
+C1=$(cpu); S1=$(csw)
+[ -n "${ROUTE_BENCH_METRICS:-}" ] && curl -s "http://127.0.0.1:$PORT/metrics" | grep -E "$ROUTE_BENCH_METRICS"
 [ -n "${PERF_OUT:-}" ] && wait "$PERF_PID"
 N=$(awk '/requests in/ {print $1}' "$DIR/wrk.out")
 awk -v c="$((C1 - C0))" -v n="$N" -v hz="$(getconf CLK_TCK)" \
     'BEGIN { printf "server CPU: %.1f us/request (%d requests)\n", c / hz / n * 1e6, n }'
+awk -v s="$((S1 - S0))" -v n="$N" 'BEGIN { printf "server context switches: %.2f per request\n", s / n }'
 uptime

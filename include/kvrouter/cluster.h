@@ -162,7 +162,7 @@ const char *kvr_cluster_conn_name(kvr_cluster_conn s);
     X(disconnects, COUNTER, "connections to NATS lost")                                    \
     X(bookings_published, COUNTER, "booking events published")                             \
     X(batches_published, COUNTER, "booking batches published")                             \
-    X(publish_failures, COUNTER, "booking events not published (NATS down, error, no ack)") \
+    X(publish_failures, COUNTER, "booking events not published (NATS down, client error)")  \
     X(batches_received, COUNTER, "booking batches received from the stream")               \
     X(peer_events_applied, COUNTER, "other replicas' booking events applied to the load")  \
     X(peer_events_rejected, COUNTER, "booking events the router did not apply (expired, unknown model or id)") \

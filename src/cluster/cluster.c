@@ -136,9 +136,12 @@ static void seed_mirror(kvr_cluster *c)
     kvr_registrations_free(&l);
 }
 
-static bool start_thread(pthread_t *t, bool *started, void *(*fn)(void *), kvr_cluster *c)
+static bool start_thread(pthread_t *t, bool *started, void *(*fn)(void *), kvr_cluster *c,
+                         const char *name)
 {
     *started = pthread_create(t, NULL, fn, c) == 0;
+    if (*started)
+        pthread_setname_np(*t, name); /* top -H, /proc/PID/task/TID/comm */
     return *started;
 }
 
@@ -211,7 +214,7 @@ kvr_cluster *kvr_cluster_start(const kvr_cluster_config *cfg, kvr_registry *regi
     cl_inbox_init(&c->inbox, router, c->self, c->me.incarnation, c->cfg.booking_ttl_s);
     atomic_store(&c->conn, KVR_CLUSTER_CONNECTING);
 
-    cl_nats_events ev = {cl_on_conn, cl_on_batch, cl_on_publish_error, c};
+    cl_nats_events ev = {cl_on_conn, cl_on_batch, c};
     c->nats = cl_nats_open(c->cfg.nats_url, &ev, err, err_len);
     if (!c->nats) {
         kvr_cluster_stop(c);
@@ -226,9 +229,9 @@ kvr_cluster *kvr_cluster_start(const kvr_cluster_config *cfg, kvr_registry *regi
     seed_mirror(c);
     kvr_router_set_booking_hook(router, cl_outbox_hook, &c->outbox);
     c->hooked = true;
-    if (!start_thread(&c->flush_thread, &c->flush_started, cl_flush_main, c) ||
-        !start_thread(&c->watch_thread, &c->watch_started, cl_watch_main, c) ||
-        !start_thread(&c->ctl_thread, &c->ctl_started, cl_control_main, c)) {
+    if (!start_thread(&c->flush_thread, &c->flush_started, cl_flush_main, c, "kvr-nats-flush") ||
+        !start_thread(&c->watch_thread, &c->watch_started, cl_watch_main, c, "kvr-nats-watch") ||
+        !start_thread(&c->ctl_thread, &c->ctl_started, cl_control_main, c, "kvr-nats-ctl")) {
         snprintf(err, err_len, "cluster: cannot start its threads");
         kvr_cluster_stop(c);
         return NULL;

@@ -107,8 +107,6 @@ int cl_batch_open(const char *data, size_t len, cl_batch *b, char *err, size_t e
  * -1 this event is malformed (skipped: the rest still read) with err; -2
  * out of memory. ev.owner is the wire's (publisher for BOOKED). */
 int cl_batch_next(cl_batch *b, cl_event *e, char *err, size_t err_len);
-/* Events in a batch by its header alone (for counting failed publishes). */
-uint32_t cl_batch_count(const char *data, size_t len);
 
 /* Appends one event to a growing msgpack buffer; owner is the wire owner
  * (never 0); at most max_chain chain hashes, the rest added to
@@ -158,9 +156,11 @@ typedef struct {
     cl_buf filling;     /* events only */
     uint32_t n_filling;
     double first_at;    /* monotonic time of the filling batch's first event */
+    double last_event;  /* monotonic time of the change before the last */
     void *ready, *ready_tail; /* sealed batches, oldest first (outbox.c) */
     uint32_t n_ready;
     bool enabled;       /* false while NATS is down: events are counted, not kept */
+    bool flusher_idle;  /* the flusher waits with no deadline: a new batch must wake it */
     bool stop;
     _Atomic uint64_t dropped; /* events not kept (disabled, out of memory) */
 } cl_outbox;
@@ -274,8 +274,6 @@ typedef struct {
      * how many messages the stream holds after it for this consumer. */
     void (*on_batch)(void *user, const char *data, size_t len, uint64_t seq, int64_t wall_ns,
                      uint64_t pending);
-    /* An asynchronous publish the server did not acknowledge. */
-    void (*on_publish_error)(void *user, const char *data, size_t len);
     void *user;
 } cl_nats_events;
 
@@ -327,7 +325,8 @@ int cl_nats_subscribe(cl_nats *n, uint64_t resume_after, int64_t prev_created,
                       int64_t *created, bool *none_pending, char *err, size_t err_len);
 /* Returns once no callback of the subscription runs or will. */
 void cl_nats_unsubscribe(cl_nats *n);
-/* Queues a batch for asynchronous publication. 0, or -1. */
+/* Publishes a batch (not acknowledged: see nats.c). 0, or -1 when not
+ * connected or refused by the client. */
 int cl_nats_publish(cl_nats *n, const char *data, size_t len);
 
 #endif

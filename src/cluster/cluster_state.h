@@ -53,7 +53,6 @@ void *cl_flush_main(void *arg);
 void cl_on_conn(void *user, kvr_cluster_conn state);
 void cl_on_batch(void *user, const char *data, size_t len, uint64_t seq, int64_t wall_ns,
                  uint64_t pending);
-void cl_on_publish_error(void *user, const char *data, size_t len);
 /* cl_sync's wake-up (user = the cluster): a registry change is to be
  * written. */
 void cl_wake_control(void *user);

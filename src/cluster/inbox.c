@@ -35,7 +35,8 @@ void cl_inbox_apply(cl_inbox *in, const char *data, size_t len, int64_t wall_ns,
     char err[160];
     if (cl_batch_open(data, len, &b, err, sizeof err) < 0) {
         atomic_fetch_add(&in->invalid, 1);
-        KVR_LOG_LIMITED(KVR_LOG_WARN, NULL, "cluster: booking batch dropped: %s", err);
+        KVR_LOG_LIMITED(KVR_LOG_WARN, NULL, "cluster: booking batch of %zu bytes dropped: %s",
+                        len, err);
         return;
     }
     bool mine = b.publisher == in->self;

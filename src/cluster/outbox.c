@@ -1,9 +1,11 @@
 /* This replica's booking changes on their way to the stream. The router's
  * hook (under the router's lock) appends each change to the batch being
  * filled; a batch is due when it holds max_events events or max_bytes, or
- * max_delay_s after its first event, and the flusher thread takes it and
- * publishes it without any lock held. So a /route pays for one msgpack
- * encoding, never for the broker.
+ * max_delay_s after its first event — or at once when that first event
+ * comes max_delay_s after the change before it (a lone booking does
+ * not wait for company that is not coming) — and the flusher thread takes
+ * it and publishes it without any lock held. So a /route pays for one
+ * msgpack encoding, never for the broker.
  *
  * While NATS is down the outbox is disabled: changes are counted as not
  * published instead of piling up, and the load view is local (SPEC §10).
@@ -105,14 +107,23 @@ void cl_outbox_hook(void *user, const kvr_booking_event *ev)
                                o->max_chain) < 0) {
         atomic_fetch_add(&o->dropped, 1);
     } else {
+        bool now_due = false;
+        double now = kvr_clock_mono();
         if (o->n_filling++ == 0) {
-            o->first_at = kvr_clock_mono();
-            pthread_cond_signal(&o->cv); /* the flusher starts the delay */
+            o->first_at = now;
+            /* After a quiet spell the first change goes at once: batching
+             * pays only when changes come faster than max_delay_s. */
+            now_due = now - o->last_event >= o->max_delay_s;
         }
-        if (o->n_filling >= o->max_events || o->filling.len >= o->max_bytes) {
+        o->last_event = now;
+        bool full = o->n_filling >= o->max_events || o->filling.len >= o->max_bytes;
+        if (now_due || full)
             seal(o);
+        /* Wake the flusher only when it waits for nothing: one waiting for
+         * an earlier batch's deadline finds this one then, so under steady
+         * load a batch costs it one wake-up, its timer. */
+        if (o->flusher_idle ? o->n_filling <= 1 || now_due || full : now_due || full)
             pthread_cond_signal(&o->cv);
-        }
     }
     pthread_mutex_unlock(&o->mu);
 }
@@ -154,7 +165,9 @@ bool cl_outbox_take(cl_outbox *o, cl_buf *events, uint32_t *n)
             struct timespec ts = cl_deadline(o->first_at + o->max_delay_s - kvr_clock_mono());
             pthread_cond_timedwait(&o->cv, &o->mu, &ts);
         } else {
+            o->flusher_idle = true;
             pthread_cond_wait(&o->cv, &o->mu);
+            o->flusher_idle = false;
         }
     }
 }

@@ -165,13 +165,6 @@ int cl_batch_open(const char *data, size_t len, cl_batch *b, char *err, size_t e
     return 0;
 }
 
-uint32_t cl_batch_count(const char *data, size_t len)
-{
-    cl_batch b;
-    char err[8];
-    return cl_batch_open(data, len, &b, err, sizeof err) == 0 ? b.n_events : 0;
-}
-
 void cl_event_free(cl_event *e)
 {
     free(e->chain);

@@ -64,12 +64,6 @@ void cl_on_batch(void *user, const char *data, size_t len, uint64_t seq, int64_t
     }
 }
 
-void cl_on_publish_error(void *user, const char *data, size_t len)
-{
-    kvr_cluster *c = user;
-    atomic_fetch_add(&c->publish_failures, cl_batch_count(data, len));
-}
-
 /* ---- control thread -------------------------------------------------------- */
 
 static void subscribe(kvr_cluster *c)
