@@ -4,8 +4,9 @@
  *
  * - Registrations: KV bucket KVR_<cluster>_WORKERS, one key per (model,
  *   group, instance, rank) (kvr_cluster_key), value the /register JSON of
- *   that rank. Every change the registry makes with an origin other than
- *   "cluster" is written to the bucket; every put or delete watched in the
+ *   that rank. Every change the registry makes with origin http, cli or
+ *   config is written to the bucket (not discovery's: every replica
+ *   discovers on its own; not a peer dump's); every put or delete watched in the
  *   bucket is applied through the registry (kvr_registry_register /
  *   _unregister, origin "cluster"), the same path as POST /register. A
  *   watched value equal to what the registry already holds changes nothing

@@ -215,6 +215,8 @@ typedef struct {
 
 int cl_sync_init(cl_sync *s, const kvr_cluster_codec *codec);
 void cl_sync_destroy(cl_sync *s);
+/* Whether records of this origin are written to the bucket (regsync.c). */
+bool cl_origin_shared(kvr_origin o);
 /* The registry observer (user = the cl_sync). */
 void cl_sync_observer(void *user, const kvr_reg_event *ev);
 

@@ -3,9 +3,11 @@
  * codec writes it, and its origin) and what the bucket was last seen to
  * hold; a record is dirty while the bucket must be made equal to the
  * registry. The rules (cluster.h):
- * - A registry change of another origin than "cluster" makes its key dirty
- *   (a change "of mine"). A change of origin "cluster" is the bucket's own,
- *   applied by the watch thread: nothing to write.
+ * - A registry change of a shared origin (cl_origin_shared: HTTP, --workers,
+ *   config) makes its key dirty (a change "of mine"). A change of origin
+ *   "cluster" is the bucket's own, applied by the watch thread: nothing to
+ *   write. Discovery's and a peer dump's records stay local: never written
+ *   (see cl_origin_shared), and discovery's removals delete nothing.
  * - A watched value different from the registry's is applied, unless a
  *   change of mine is pending for that key: then mine is newer and wins.
  *   A delete marker removes the rank likewise.
@@ -35,6 +37,26 @@ struct cl_sync_rec {
 static bool same(const char *a, const char *b)
 {
     return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+/* Origins this replica writes to the bucket: what an operator registered
+ * on it (POST /register, --workers, --config). Not "discovery": every
+ * replica discovers the engines itself (SPEC §11), and a discovered record
+ * in the bucket would outlive its engine (the other replicas would hold
+ * it with origin "cluster", which their discovery never removes). Not
+ * "peer": in a cluster the peer's shared records are in the bucket
+ * already, and what the peer discovered must not get there through its
+ * dump. "cluster" is the bucket's own. */
+bool cl_origin_shared(kvr_origin o)
+{
+    return o == KVR_ORIGIN_HTTP || o == KVR_ORIGIN_CLI || o == KVR_ORIGIN_CONFIG;
+}
+
+/* A local record the bucket must hold: a shared origin's, or one it gave
+ * (which refills a bucket that lost it). */
+static bool bucket_owes(const cl_sync_rec *r)
+{
+    return r->local && (cl_origin_shared(r->origin) || r->origin == KVR_ORIGIN_CLUSTER);
 }
 
 int cl_sync_init(cl_sync *s, const kvr_cluster_codec *codec)
@@ -167,9 +189,12 @@ void cl_sync_observer(void *user, const kvr_reg_event *ev)
     free(r->local);
     r->local = text;
     r->origin = reg->origin;
-    if (ev->kind == KVR_REG_EVENT_REMOVED ? r->bucket != NULL
-                                          : reg->origin != KVR_ORIGIN_CLUSTER &&
-                                                !same(r->bucket, text))
+    /* A removal is an operator's (/unregister, a reload) or the bucket's
+     * own (then r->bucket is NULL already), except discovery dropping what
+     * it found: that one stays local like the record. */
+    if (ev->kind == KVR_REG_EVENT_REMOVED
+            ? r->bucket != NULL && reg->origin != KVR_ORIGIN_DISCOVERY
+            : cl_origin_shared(reg->origin) && !same(r->bucket, text))
         mark_dirty(s, r, true);
     bool due = r->dirty;
     rec_drop_if_empty(s, r);
@@ -267,7 +292,7 @@ void cl_sync_end_pass(cl_sync *s)
     uint64_t k, v;
     while (kvr_u64map_next(&s->recs, &it, &k, &v))
         for (cl_sync_rec *r = (cl_sync_rec *)(uintptr_t)v; r; r = r->next)
-            if (r->seen_pass != s->pass && r->local) {
+            if (r->seen_pass != s->pass && bucket_owes(r)) {
                 free(r->bucket);
                 r->bucket = NULL;
                 mark_dirty(s, r, false);
@@ -284,7 +309,9 @@ bool cl_sync_next_write(cl_sync *s, char **key, char **val)
             pthread_mutex_unlock(&s->mu);
             return false;
         }
-        if (same(r->local, r->bucket)) {
+        /* Equal already, or taken over by a local-only origin since it
+         * was marked (discovery found an engine registered over HTTP). */
+        if (same(r->local, r->bucket) || (r->local && !bucket_owes(r))) {
             clear_dirty(s, r);
             rec_drop_if_empty(s, r);
             continue;

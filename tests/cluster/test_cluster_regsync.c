@@ -278,6 +278,69 @@ static void test_bad_values_are_skipped(void **state)
     assert_null(write_one(f, true));
 }
 
+/* Discovery's and a peer dump's records stay on this replica: every replica
+ * discovers its engines itself, and a discovered record in the bucket
+ * would outlive the engine on the others. Neither their registration nor
+ * their removal touches the bucket, and a full read does not refill it
+ * with them; an HTTP registration of the same key is shared again. */
+static void test_discovered_and_peer_records_stay_local(void **state)
+{
+    fx *f = *state;
+    assert_true(cl_origin_shared(KVR_ORIGIN_HTTP));
+    assert_true(cl_origin_shared(KVR_ORIGIN_CLI));
+    assert_true(cl_origin_shared(KVR_ORIGIN_CONFIG));
+    assert_false(cl_origin_shared(KVR_ORIGIN_DISCOVERY));
+    assert_false(cl_origin_shared(KVR_ORIGIN_PEER));
+    assert_false(cl_origin_shared(KVR_ORIGIN_CLUSTER));
+    kvr_registration d = reg_of(9, "tcp://disc:9", KVR_ORIGIN_DISCOVERY);
+    kvr_registration p = reg_of(10, "tcp://peer:10", KVR_ORIGIN_PEER);
+    observe(f, KVR_REG_EVENT_ADDED, &d);
+    observe(f, KVR_REG_EVENT_ADDED, &p);
+    assert_int_equal(cl_sync_pending(&f->s), 0);
+    assert_int_equal(f->wakes, 0);
+    cl_sync_begin_pass(&f->s);
+    cl_sync_end_pass(&f->s); /* an empty bucket */
+    assert_null(write_one(f, true));
+    observe(f, KVR_REG_EVENT_REMOVED, &p);
+    assert_null(write_one(f, true)); /* the bucket never had it */
+
+    /* Registered over HTTP: shared; then discovery takes the record over
+     * before the write: nothing is written. */
+    kvr_registration h = reg_of(9, "tcp://http:9", KVR_ORIGIN_HTTP);
+    observe(f, KVR_REG_EVENT_CHANGED, &h);
+    assert_int_equal(cl_sync_pending(&f->s), 1);
+    observe(f, KVR_REG_EVENT_CHANGED, &d);
+    assert_null(write_one(f, true));
+    /* Written while it was HTTP's, the bucket keeps it when discovery
+     * takes it over and when discovery drops it. */
+    observe(f, KVR_REG_EVENT_CHANGED, &h);
+    char *v = write_one(f, true);
+    assert_string_equal(v, "m|default|9|0|tcp://http:9");
+    free(v);
+    observe(f, KVR_REG_EVENT_CHANGED, &d);
+    observe(f, KVR_REG_EVENT_REMOVED, &d);
+    assert_null(write_one(f, true));
+    /* A bucket value for a key only discovery holds here applies (the
+     * operator's registration elsewhere wins over what this replica found). */
+    kvr_registration d11 = reg_of(11, "tcp://disc:11", KVR_ORIGIN_DISCOVERY);
+    observe(f, KVR_REG_EVENT_ADDED, &d11);
+    char key[CL_MAX_KEY];
+    key_of(11, key);
+    const char *val = "m|default|11|0|tcp://http:11";
+    cl_sync_todo t = cl_sync_entry(&f->s, key, val, strlen(val));
+    assert_int_equal(t.action, CL_SYNC_REGISTER);
+    cl_sync_todo_done(&f->s, &t, true);
+    /* An /unregister here of a record the bucket holds deletes it, whatever
+     * origin the record had (the peer dump's, the bucket's). */
+    kvr_registration p11 = reg_of(11, "tcp://http:11", KVR_ORIGIN_PEER);
+    observe(f, KVR_REG_EVENT_CHANGED, &p11);
+    assert_null(write_one(f, true));
+    observe(f, KVR_REG_EVENT_REMOVED, &p11);
+    v = write_one(f, true);
+    assert_string_equal(v, "");
+    free(v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -287,6 +350,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_failed_write_is_retried, setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_read_refills_missing_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_values_are_skipped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_discovered_and_peer_records_stay_local, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
