@@ -94,6 +94,8 @@ typedef struct {
     uint64_t ownerships; /* (node, owner) pairs */
     uint64_t owners;
     uint64_t bytes;      /* heap bytes held by the index */
+    /* large tables rebuilt under a read lock (matches go on meanwhile) */
+    uint64_t table_rebuilds;
 } kvr_index_stats;
 void kvr_index_stats_get(kvr_index *idx, kvr_index_stats *out);
 

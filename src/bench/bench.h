@@ -95,7 +95,23 @@ typedef struct {
     /* what the writer did meanwhile: its longest events (a reader's longest
      * wait is one of them, or the writer losing its core) */
     uint64_t writer_events_over_1ms, writer_page_faults;
+    /* times the writer lost its core while it held the lock: a reader
+     * waits as long as the writer is off the CPU */
+    uint64_t writer_preemptions;
     double writer_sys_seconds;
+    /* the longest event in thread CPU time, from an untimed replay of the
+     * events alone (a clock read costs ~0.6 us here, too much for the timed
+     * runs), apart from events that rebuilt a large table under a read lock
+     * (table_rebuilds of them, the longest rebuild_cpu_max_us): without
+     * preemption a reader waits at most one write slice plus this */
+    struct {
+        double us;
+        uint8_t kind;
+        uint32_t n;
+        size_t op;
+    } event_cpu_max;
+    uint64_t table_rebuilds;
+    double rebuild_cpu_max_us;
     struct {
         double us;
         uint8_t kind;

@@ -207,13 +207,18 @@ int kvr_cmd_bench(int argc, char **argv)
     if (threads > 1) {
         static const char *const kinds[] = {"store", "remove", "clear", "match"};
         printf("            writer: %" PRIu64 " events over 1 ms, %" PRIu64
+               " times preempted, %" PRIu64
                " page faults, %.3f s in the kernel; longest events:",
-               r.writer_events_over_1ms, r.writer_page_faults, r.writer_sys_seconds);
+               r.writer_events_over_1ms, r.writer_preemptions, r.writer_page_faults,
+               r.writer_sys_seconds);
         for (int k = 0; k < 3 && r.writer_longest[k].us > 0; k++)
             printf(" %.0f us (%s of %" PRIu32 ", op %zu)", r.writer_longest[k].us,
                    kinds[r.writer_longest[k].kind & 3], r.writer_longest[k].n,
                    r.writer_longest[k].op);
-        printf("\n");
+        printf("\n            events alone, thread CPU time: longest %.0f us (%s of %" PRIu32
+               ", op %zu); %" PRIu64 " table rebuilds under a read lock, longest %.0f us\n",
+               r.event_cpu_max.us, kinds[r.event_cpu_max.kind & 3], r.event_cpu_max.n,
+               r.event_cpu_max.op, r.table_rebuilds, r.rebuild_cpu_max_us);
     }
     bool pipe_ok = !pipeline || (pr.checksum == r.checksum && pr.matches == r.matches);
     if (pipeline) {
@@ -244,10 +249,13 @@ int kvr_cmd_bench(int argc, char **argv)
         printf(", \"threads\": %d, \"concurrent_events_per_s\": %.0f, "
                "\"concurrent_matches_per_s\": %.0f, \"concurrent_match_p99_us\": %.3f, "
                "\"reader_waits\": %" PRIu64 ", \"reader_wait_max_us\": %.1f, "
-               "\"writer_longest_event_us\": %.1f, \"writer_events_over_1ms\": %" PRIu64,
+               "\"writer_longest_event_us\": %.1f, \"writer_events_over_1ms\": %" PRIu64
+               ", \"writer_preemptions\": %" PRIu64 ", \"event_cpu_max_us\": %.1f"
+               ", \"rebuild_cpu_max_us\": %.1f",
                r.threads, r.conc_events_per_s, r.conc_matches_per_s, r.conc_match_p99_us,
                r.reader_waits, r.reader_wait_max_us, r.writer_longest[0].us,
-               r.writer_events_over_1ms);
+               r.writer_events_over_1ms, r.writer_preemptions, r.event_cpu_max.us,
+               r.rebuild_cpu_max_us);
     if (pipeline)
         printf(", \"pipeline_events_per_s\": %.0f, \"pipeline_blocks_per_s\": %.0f, "
                "\"pipeline_events_per_cpu_s\": %.0f, \"pipeline_blocks_per_cpu_s\": %.0f, "

@@ -94,6 +94,7 @@ struct kvr_index {
      * write lock for a read lock to rebuild a large table while matches go
      * on (kvr_tree_fit) learns whether another writer came between. */
     uint64_t write_epoch;
+    uint64_t table_rebuilds; /* kvr_tree_fit's rebuilds under the read lock */
     uint64_t uid; /* distinct per index created in this process (match ctx caches) */
     /* Matches blocked behind a writer. The lock prefers writers, so an
      * ingestion thread applying events back to back could otherwise starve

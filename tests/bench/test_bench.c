@@ -260,6 +260,11 @@ static void test_concurrent_replay_reports_both_rates(void **state)
     assert_int_equal(r.threads, 3);
     assert_true(r.conc_events_per_s > 0);
     assert_true(r.conc_matches_per_s > 0);
+    /* the longest event in CPU time names an event of the stream */
+    assert_true(r.event_cpu_max.us > 0);
+    assert_true(r.event_cpu_max.op < s.n);
+    assert_int_not_equal(s.ops[r.event_cpu_max.op].kind, KVR_BOP_MATCH);
+    assert_int_equal(r.event_cpu_max.n, s.ops[r.event_cpu_max.op].n);
     kvr_bench_stream_free(&s);
 }
 

@@ -484,6 +484,32 @@ static void test_bad_arguments(void **state)
     assert_int_equal(store(f->idx, f->a, G, false, 0, 100, 0, 0), KVR_DROP_NONE);
 }
 
+/* A table past 64 KiB is rebuilt under a read lock (matches keep going on
+ * the old one): counted in the stats, and nothing is lost on the way. */
+static void test_large_tables_rebuilt_under_read_lock(void **state)
+{
+    fx *f = *state;
+    kvr_index_stats st;
+    kvr_index_stats_get(f->idx, &st);
+    assert_int_equal(st.table_rebuilds, 0);
+    enum { CHAINS = 200, LEN = 64 }; /* 12,800 blocks: an engine table of > 8192 slots */
+    for (uint64_t c = 0; c < CHAINS; c++)
+        assert_int_equal(store(f->idx, f->a, G, false, 0, 100000 * (c + 1), 100000 * (c + 1), LEN),
+                         KVR_DROP_NONE);
+    kvr_index_stats_get(f->idx, &st);
+    assert_int_equal(st.nodes, CHAINS * LEN);
+    assert_true(st.table_rebuilds >= 1);
+    for (uint64_t c = 0; c < CHAINS; c++)
+        assert_int_equal(result(f->idx, f->ctx, f->a, 100000 * (c + 1), LEN), LEN * 10101);
+    /* every block is still found by its engine hash */
+    for (uint64_t c = 0; c < CHAINS; c++) {
+        uint64_t h = 100000 * (c + 1) + 1;
+        assert_int_equal(kvr_index_remove(f->idx, f->a, G, &h, 1), 0);
+    }
+    kvr_index_stats_get(f->idx, &st);
+    assert_int_equal(st.nodes, 0);
+}
+
 int main(void)
 {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
@@ -504,6 +530,7 @@ int main(void)
         T(test_engine_hash_differs_per_owner),
         T(test_repeated_hashes_stay_consistent),
         T(test_bad_arguments),
+        T(test_large_tables_rebuilt_under_read_lock),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
