@@ -248,6 +248,8 @@ static inline int th_engine_proc_main(int argc, char **argv)
     zmq_setsockopt(pub, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(pub, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof zero);
+    /* a ROUTER drops what does not fit: a long replay must not lose its end */
+    zmq_setsockopt(router, ZMQ_SNDHWM, &hwm, sizeof hwm);
     if (zmq_bind(pub, argv[2]) != 0 || zmq_bind(router, argv[3]) != 0) {
         th_proc_reply("error bind: %s\n", zmq_strerror(zmq_errno()));
         return 1;

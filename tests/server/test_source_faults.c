@@ -11,6 +11,19 @@
 
 #define WAIT 20000
 
+/* KVR_FAULT_SCALE=N (1..40) runs the scenarios with N times the batches
+ * (the lossy ones N/8 times, within the engines' history) to measure them
+ * at the size of the issue's runs; the tests run at 1. */
+static long S = 1, L = 1;
+
+static void read_scale(void)
+{
+    const char *e = getenv("KVR_FAULT_SCALE");
+    long v = e ? strtol(e, NULL, 10) : 1;
+    S = v < 1 ? 1 : v > 40 ? 40 : v;
+    L = S / 8 < 1 ? 1 : S / 8;
+}
+
 typedef struct {
     kvr_server *srv;
     char base[64];
@@ -91,6 +104,16 @@ static long wait_equal(fixture *f, th_proc *p, uint64_t worker, long *held, long
 /* What the counters that say why show (the issue note quotes them). */
 static void print_counters(fixture *f, uint64_t worker)
 {
+    /* a replay whose last batch applied may not have seen its end yet */
+    for (double end = th_now() + WAIT / 1000.0; th_now() < end; th_sleep_ms(20)) {
+        json_t *w = th_json("GET", f->base, "/workers", NULL, NULL);
+        json_t *l = json_object_get(json_object_get(json_array_get(w, 0), "ranks"), "0");
+        const char *st = json_string_value(json_object_get(l, "listener_state"));
+        bool replaying = st && strcmp(st, "replaying") == 0;
+        json_decref(w);
+        if (!replaying)
+            break;
+    }
     static const char *const names[] = {"batches",        "seq_gaps",       "lost_batches",
                                         "replays_ok",     "replays_failed", "replayed_batches",
                                         "restarts",       "rank_clears",    "reconnects",
@@ -137,13 +160,13 @@ static void test_restart_publishing_at_once_replays_new_stream(void **state)
     assert_true(th_proc_start(&a, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", 1));
     reg(f, 60, a.pub, a.router);
     assert_true(th_proc_cmd(&a, "wait", NULL));
-    assert_true(th_proc_pub(&a, 30));
+    assert_true(th_proc_pub(&a, 30 * S));
     wait_applied(f, &a, 60);
     th_proc_kill(&a);
     assert_true(th_proc_start(&b, a.pub, a.router, 2));
-    assert_true(th_proc_pub(&b, 10)); /* before any subscriber: lost live */
+    assert_true(th_proc_pub(&b, 10 * S)); /* before any subscriber: lost live */
     assert_true(th_proc_cmd(&b, "wait", NULL));
-    assert_true(th_proc_pub(&b, 10));
+    assert_true(th_proc_pub(&b, 10 * S));
     long held, stale;
     long ne = wait_equal(f, &b, 60, &held, &stale);
     print_counters(f, 60);
@@ -164,13 +187,13 @@ static void test_restart_overtaking_cursor_is_not_a_gap(void **state)
     assert_true(th_proc_start(&a, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", 3));
     reg(f, 61, a.pub, a.router);
     assert_true(th_proc_cmd(&a, "wait", NULL));
-    assert_true(th_proc_pub(&a, 5));
+    assert_true(th_proc_pub(&a, 5 * S));
     wait_applied(f, &a, 61);
     th_proc_kill(&a);
     assert_true(th_proc_start(&b, a.pub, a.router, 4));
-    assert_true(th_proc_pub(&b, 20));
+    assert_true(th_proc_pub(&b, 20 * S));
     assert_true(th_proc_cmd(&b, "wait", NULL));
-    assert_true(th_proc_pub(&b, 5));
+    assert_true(th_proc_pub(&b, 5 * S));
     long held, stale;
     long ne = wait_equal(f, &b, 61, &held, &stale);
     print_counters(f, 61);
@@ -190,16 +213,16 @@ static void test_restart_without_replay_counts_and_drops_stale(void **state)
     assert_true(th_proc_start(&a, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", 5));
     reg(f, 62, a.pub, NULL);
     assert_true(th_proc_cmd(&a, "wait", NULL));
-    assert_true(th_proc_pub(&a, 5));
+    assert_true(th_proc_pub(&a, 5 * S));
     wait_applied(f, &a, 62);
     uint64_t old[TH_CACHE_MAX];
     long n_old = th_proc_held(&a, old, TH_CACHE_MAX);
     th_proc_kill(&a);
     assert_true(th_proc_start(&b, a.pub, a.router, 6));
-    assert_true(th_proc_pub(&b, 20));
+    assert_true(th_proc_pub(&b, 20 * S));
     assert_true(th_proc_cmd(&b, "wait", NULL));
-    assert_true(th_proc_pub(&b, 5));
-    long long applied = th_wait_counter(f->base, 62, "m", "batches", 5 + 5, WAIT);
+    assert_true(th_proc_pub(&b, 5 * S));
+    long long applied = th_wait_counter(f->base, 62, "m", "batches", 10 * S, WAIT);
     long ne = th_proc_held(&b, g_engine, TH_CACHE_MAX);
     size_t ni = th_index_held(kvr_server_indexer(f->srv), 62, g_index, TH_CACHE_MAX);
     long stale = (long)(ni - count_common(g_engine, (size_t)ne, g_index, ni));
@@ -209,10 +232,10 @@ static void test_restart_without_replay_counts_and_drops_stale(void **state)
     fprintf(stderr, "  engine holds %ld blocks; index holds %zu (%ld stale, %ld of the dead "
                     "process); %lld batches counted lost\n",
             ne, ni, stale, of_old, lost);
-    assert_int_equal(applied, 10);
+    assert_int_equal(applied, 10 * S);
     assert_int_equal(stale, 0);
     assert_int_equal(of_old, 0);
-    assert_int_equal(lost, 20);
+    assert_int_equal(lost, 20 * S);
     assert_int_equal(th_counter(f->base, 62, "m", "restarts"), 1);
     th_proc_kill(&b);
 }
@@ -239,7 +262,7 @@ static void test_silent_replay_endpoint_degrades_to_counting(void **state)
     th_cache_init(&engine, 7);
     th_cache_init(&expect, 7);
     int lost = 0;
-    const int n_batches = 400;
+    const int n_batches = 400 * (int)L;
     for (int seq = 0; seq < n_batches; seq++) {
         th_step s;
         th_cache_step(&engine, &s);
@@ -298,7 +321,7 @@ static void test_dropped_batches_refilled_by_replay(void **state)
     assert_true(th_proc_start(&a, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", 7));
     reg(f, 64, a.pub, a.router);
     assert_true(th_proc_cmd(&a, "wait", NULL));
-    int n = publish_lossy(&a, 10);
+    int n = publish_lossy(&a, 10 * (int)L);
     long held, stale;
     long ne = wait_equal(f, &a, 64, &held, &stale);
     print_counters(f, 64);
@@ -327,7 +350,7 @@ static void test_dead_replay_endpoint_fails_fast_and_degrades(void **state)
     assert_true(th_proc_start(&a, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", 8));
     reg(f, 65, a.pub, dead.router);
     assert_true(th_proc_cmd(&a, "wait", NULL));
-    const int rounds = 8, lost = rounds;
+    const int rounds = 8 * (int)L, lost = rounds;
     int n = publish_lossy(&a, rounds);
     long long applied = th_wait_counter(f->base, 65, "m", "batches", n - lost, WAIT);
     print_counters(f, 65);
@@ -354,6 +377,7 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "--engine-proc") == 0)
         return th_engine_proc_main(argc, argv);
     signal(SIGPIPE, SIG_IGN);
+    read_scale();
     curl_global_init(CURL_GLOBAL_ALL);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_restart_publishing_at_once_replays_new_stream, setup,
