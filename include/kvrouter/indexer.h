@@ -190,6 +190,7 @@ typedef struct {
     bool accepts_mm_hashes_explicit;
     bool is_eagle;
     kvr_engine engine;
+    kvr_kv_events kv_events;       /* as registered */
     bool has_image_token_id;
     uint32_t image_token_id;
     uint64_t lora_seed;            /* hash seed of the worker's adapter, no salt */

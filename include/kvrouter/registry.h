@@ -47,7 +47,8 @@ int kvr_origin_from_name(const char *name);
 typedef struct {
     kvr_worker_settings settings; /* model, group, worker_id, block size, capabilities */
     uint32_t dp_rank;
-    const char *endpoint;        /* required: tcp://, ipc:// or inproc:// */
+    const char *endpoint;        /* tcp://, ipc:// or inproc://; NULL or "" only with
+                                    settings.kv_events OFF: no listener */
     const char *replay_endpoint; /* NULL or "": no replay (gaps clear the rank) */
     const char *topic;           /* NULL or "": every topic */
     kvr_origin origin;
@@ -109,7 +110,8 @@ void kvr_registry_set_max_workers(kvr_registry *r, size_t max_workers);
  *   model_name NULL/empty or >= KVR_NAME_MAX bytes; routing_group, lora_name
  *   or topic >= KVR_NAME_MAX; block_size 0 or > KVR_MAX_BLOCK_SIZE; dp_rank
  *   >= KVR_MAX_DP_RANKS; mm_identity or accepts_mm_hashes (-1, 0, 1) or
- *   origin out of range; endpoint NULL/empty, >= KVR_ENDPOINT_MAX, not
+ *   origin out of range; endpoint NULL/empty while kv_events is not OFF
+ *   (or replay_endpoint/topic set without it), >= KVR_ENDPOINT_MAX, not
  *   tcp:// ipc:// inproc://, or one no ZeroMQ socket can connect to (syntax);
  *   replay_endpoint likewise when set. reply->field names the field. Also
  *   INVALID, field "endpoint", when the listener cannot be opened after the
@@ -122,7 +124,7 @@ void kvr_registry_set_max_workers(kvr_registry *r, size_t max_workers);
  * - NO_MEMORY: an allocation failed before the change. Nothing changed.
  * - STOPPED: the ingest thread is not running. Nothing changed.
  * - CREATED: a new worker, or a new rank of a registered worker: a listener
- *   was started. reply->reset says whether the worker's settings changed
+ *   was started (none without an endpoint). reply->reset says whether the worker's settings changed
  *   with it (kvr_indexer_register returned RESET: every rank's state
  *   cleared, cursors restarted).
  * - RESET: an existing rank, and the worker's effective settings changed
@@ -133,7 +135,8 @@ void kvr_registry_set_max_workers(kvr_registry *r, size_t max_workers);
  *   state kept. listener_restarted as above.
  * - LISTENER_RESTARTED: an existing rank, same effective settings, new
  *   endpoint, replay_endpoint or topic: the listener reconnects (the new
- *   publisher's numbering starts over), the index is kept.
+ *   publisher's numbering starts over), or stops when the endpoint is gone;
+ *   the index is kept.
  * - UNCHANGED: an existing rank with the same effective settings and
  *   endpoints; the listener and the state are untouched.
  * On every success the rank's record takes reg's text (settings, endpoints,

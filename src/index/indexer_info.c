@@ -41,6 +41,7 @@ static void worker_info(kvr_worker *w, kvr_worker_info *out)
     out->accepts_mm_hashes_explicit = w->conf.accepts_raw >= 0;
     out->is_eagle = w->conf.is_eagle;
     out->engine = w->conf.engine;
+    out->kv_events = w->conf.kv_events;
     out->has_image_token_id = w->conf.has_image_token_id;
     out->image_token_id = w->conf.image_token_id;
     out->lora_seed = w->lora_seed;

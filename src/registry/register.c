@@ -53,6 +53,9 @@ static kvr_registry_result bad_endpoint(kvr_registry_reply *out, const char *fie
                 "field '%s' must be a ZeroMQ endpoint (tcp://host:port), got '%s'", field, e);
 }
 
+/* Whether reg names an event feed to listen to. */
+static bool has_feed(const kvr_registration *reg) { return reg->endpoint && reg->endpoint[0]; }
+
 /* Everything that can be said about reg without the ingest thread. */
 static kvr_registry_result check(const kvr_registration *reg, kvr_registry_reply *out)
 {
@@ -98,12 +101,24 @@ static kvr_registry_result check(const kvr_registration *reg, kvr_registry_reply
     if ((unsigned)reg->origin >= KVR_ORIGIN_COUNT)
         return fail(out, KVR_REGISTRY_INVALID, "origin", "origin %d is not a kvr_origin",
                     (int)reg->origin);
-    if (!reg->endpoint || !reg->endpoint[0])
-        return fail(out, KVR_REGISTRY_INVALID, "endpoint", "missing field 'endpoint'");
+    const char *re = reg->replay_endpoint;
+    if (!has_feed(reg)) {
+        /* An engine that publishes nothing (SPEC §8, routing without KV
+         * events) has no endpoint; the router approximates its cache. */
+        if (s->kv_events != KVR_KV_EVENTS_OFF)
+            return fail(out, KVR_REGISTRY_INVALID, "endpoint",
+                        "missing field 'endpoint' (only a worker with kv_events false has none)");
+        const char *needs = re && re[0] ? "replay_endpoint"
+                            : reg->topic && reg->topic[0] ? "topic"
+                                                          : NULL;
+        if (needs)
+            return fail(out, KVR_REGISTRY_INVALID, needs, "field '%s' needs an 'endpoint'",
+                        needs);
+        return KVR_REGISTRY_CREATED;
+    }
     if (strnlen(reg->endpoint, KVR_ENDPOINT_MAX) >= KVR_ENDPOINT_MAX ||
         !endpoint_syntax_ok(reg->endpoint))
         return bad_endpoint(out, "endpoint", reg->endpoint);
-    const char *re = reg->replay_endpoint;
     if (re && re[0] &&
         (strnlen(re, KVR_ENDPOINT_MAX) >= KVR_ENDPOINT_MAX || !endpoint_syntax_ok(re)))
         return bad_endpoint(out, "replay_endpoint", re);
@@ -124,7 +139,7 @@ static bool rank_fill(reg_rank *rk, const kvr_registration *reg)
 {
     rk->rank = reg->dp_rank;
     rk->origin = reg->origin;
-    rk->endpoint = strdup(reg->endpoint);
+    rk->endpoint = strdup(or_empty(reg->endpoint));
     rk->replay_endpoint = strdup(or_empty(reg->replay_endpoint));
     rk->topic = strdup(or_empty(reg->topic));
     if (rk->endpoint && rk->replay_endpoint && rk->topic)
@@ -226,6 +241,19 @@ static reg_rank *commit(kvr_registry *r, reg_worker *rw, reg_prep *p, bool *was_
     return rk;
 }
 
+/* The listener side of a registration without an endpoint: none. A rank
+ * that had a listener loses it (its index state stays, as for a new
+ * endpoint). */
+static kvr_listen_result no_feed(kvr_source *src, kvr_worker *w, const reg_rank *old)
+{
+    if (!old)
+        return KVR_LISTEN_CREATED;
+    if (!old->endpoint[0])
+        return KVR_LISTEN_UNCHANGED;
+    kvr_source_unlisten(src, w, old->rank);
+    return KVR_LISTEN_RESTARTED;
+}
+
 static void do_register(kvr_source *src, void *arg)
 {
     reg_op *op = arg;
@@ -233,7 +261,7 @@ static void do_register(kvr_source *src, void *arg)
     const kvr_registration *reg = op->reg;
     const kvr_worker_settings *s = &reg->settings;
     kvr_registry_reply *out = op->out;
-    if (!kvr_source_endpoint_valid(src, reg->endpoint)) {
+    if (has_feed(reg) && !kvr_source_endpoint_valid(src, reg->endpoint)) {
         fail(out, KVR_REGISTRY_INVALID, "endpoint",
              "field 'endpoint': cannot connect a ZeroMQ socket to '%s'", reg->endpoint);
         return;
@@ -280,8 +308,10 @@ static void do_register(kvr_source *src, void *arg)
     }
     if (res == KVR_REG_RESET)
         kvr_source_reset_cursors(src, w);
-    kvr_listen_result lrc = kvr_source_listen(src, w, s->worker_id, reg->dp_rank,
-                                              reg->endpoint, replay, or_empty(reg->topic));
+    kvr_listen_result lrc = has_feed(reg) ? kvr_source_listen(src, w, s->worker_id, reg->dp_rank,
+                                                              reg->endpoint, replay,
+                                                              or_empty(reg->topic))
+                                          : no_feed(src, w, find_rank(rw, reg->dp_rank));
     if (lrc == KVR_LISTEN_FAILED) {
         if (!rw && kvr_source_count(src, w) == 0)
             kvr_indexer_unregister(ix, w); /* nothing half-registered stays behind */

@@ -46,6 +46,14 @@ static bool parse_routing_hints(json_t *body, kvr_worker_settings *s, kvr_json_e
     return true;
 }
 
+/* Whether body registers an engine that publishes nothing (kv_events false
+ * or "off"): it needs no endpoint (SPEC §8, routing without KV events). */
+static bool says_no_events(json_t *body)
+{
+    json_t *ke = json_object_get(body, "kv_events");
+    return json_is_false(ke) || (json_is_string(ke) && strcmp(json_string_value(ke), "off") == 0);
+}
+
 bool kvr_api_parse_registration(json_t *body, const kvr_registration *defaults,
                                 kvr_registration *reg, kvr_json_err *e)
 {
@@ -63,8 +71,8 @@ bool kvr_api_parse_registration(json_t *body, const kvr_registration *defaults,
         return false;
     }
     if (!kvr_json_get_u64(body, "instance_id", true, &s->worker_id, e) ||
-        !kvr_json_get_str(body, "endpoint", !reg->endpoint, true, KVR_ENDPOINT_MAX,
-                          &reg->endpoint, e) ||
+        !kvr_json_get_str(body, "endpoint", !reg->endpoint && !says_no_events(body), true,
+                          KVR_ENDPOINT_MAX, &reg->endpoint, e) ||
         !kvr_json_get_str(body, "model_name", !s->model_name, true, KVR_NAME_MAX,
                           &s->model_name, e) ||
         !kvr_json_get_uint(body, "block_size", bs == 0, 1, KVR_MAX_BLOCK_SIZE, &bs, e) ||
@@ -122,17 +130,22 @@ bool kvr_api_parse_registration(json_t *body, const kvr_registration *defaults,
 char *kvr_api_format_registration(const kvr_registration *reg)
 {
     const kvr_worker_settings *s = &reg->settings;
-    json_t *o = json_pack("{s:o,s:s,s:s,s:I,s:s,s:I,s:s,s:b,s:s}", "instance_id",
-                          kvr_json_u64_num(s->worker_id), "endpoint", reg->endpoint,
-                          "model_name", s->model_name, "block_size", (json_int_t)s->block_size,
+    json_t *o = json_pack("{s:o,s:s,s:I,s:s,s:I,s:s,s:b,s:s,s:s}", "instance_id",
+                          kvr_json_u64_num(s->worker_id), "model_name", s->model_name,
+                          "block_size", (json_int_t)s->block_size,
                           "routing_group",
                           s->routing_group && s->routing_group[0] ? s->routing_group
                                                                   : KVR_DEFAULT_ROUTING_GROUP,
                           "dp_rank", (json_int_t)reg->dp_rank, "mm_identity",
                           kvr_mm_identity_name(s->mm_identity), "is_eagle", s->is_eagle,
-                          "engine", kvr_engine_name(s->engine));
+                          "engine", kvr_engine_name(s->engine), "kv_events",
+                          kvr_kv_events_name(s->kv_events));
     if (!o)
         return NULL;
+    if (reg->endpoint && reg->endpoint[0])
+        json_object_set_new(o, "endpoint", json_string(reg->endpoint));
+    if (s->prefill_tps > 0)
+        json_object_set_new(o, "prefill_tps", json_real(s->prefill_tps));
     if (reg->replay_endpoint && reg->replay_endpoint[0])
         json_object_set_new(o, "replay_endpoint", json_string(reg->replay_endpoint));
     if (reg->topic && reg->topic[0])

@@ -147,7 +147,11 @@ static json_t *worker_json(const kvr_worker_info *wi, const kvr_listener_info *l
     json_t *w = json_object();
     json_object_set_new(w, "instance_id", kvr_json_u64_reply(wi->worker_id));
     json_object_set_new(w, "source", json_string("zmq"));
-    json_object_set_new(w, "status", json_string(kvr_lstatus_name(kvr_worker_status(ls, n_ls))));
+    /* A worker without KV events and without an endpoint has nothing to
+     * connect to: it is routable at once (approximated). */
+    kvr_lstatus st = n_ls == 0 && wi->kv_events == KVR_KV_EVENTS_OFF ? KVR_LSTATUS_ACTIVE
+                                                                     : kvr_worker_status(ls, n_ls);
+    json_object_set_new(w, "status", json_string(kvr_lstatus_name(st)));
     json_object_set_new(w, "model_name", json_string(wi->model_name));
     json_object_set_new(w, "routing_group", json_string(wi->routing_group));
     json_object_set_new(w, "block_size", json_integer(wi->block_size));
@@ -159,6 +163,7 @@ static json_t *worker_json(const kvr_worker_info *wi, const kvr_listener_info *l
         "detected_mm_identity", detected, "accepts_mm_hashes", wi->accepts_mm_hashes,
         "accepts_mm_hashes_explicit", wi->accepts_mm_hashes_explicit, "wide_seen", wi->wide_seen,
         "engine", kvr_engine_name(wi->engine));
+    json_object_set_new(caps, "kv_events", json_string(kvr_kv_events_name(wi->kv_events)));
     json_object_set_new(caps, "image_token_id",
                         wi->has_image_token_id ? json_integer(wi->image_token_id) : json_null());
     json_object_set_new(w, "capabilities", caps);

@@ -150,6 +150,11 @@ static void test_each_result_and_its_condition(void **state)
     fx_stop(&f);
 }
 
+static void count_listeners(kvr_source *src, void *arg)
+{
+    *(size_t *)arg = kvr_source_count(src, NULL);
+}
+
 static void test_invalid_names_the_field_and_changes_nothing(void **state)
 {
     (void)state;
@@ -161,7 +166,7 @@ static void test_invalid_names_the_field_and_changes_nothing(void **state)
     struct {
         const char *field;
         kvr_registration r;
-    } cases[12];
+    } cases[16];
     size_t n = 0;
     kvr_registration base = rg(NULL, 1, 0, "tcp://127.0.0.1:5999");
     cases[n].field = "model_name", cases[n].r = base, cases[n++].r.settings.model_name = "";
@@ -180,6 +185,15 @@ static void test_invalid_names_the_field_and_changes_nothing(void **state)
     cases[n].field = "endpoint", cases[n].r = base, cases[n++].r.endpoint = "http://x:1";
     cases[n].field = "endpoint", cases[n].r = base, cases[n++].r.endpoint = "tcp://127.0.0.1";
     cases[n].field = "replay_endpoint", cases[n].r = base, cases[n++].r.replay_endpoint = "bogus";
+    /* No endpoint: only for an engine that publishes nothing, and then
+     * with nothing else to listen to. */
+    cases[n].field = "endpoint", cases[n].r = base, cases[n++].r.endpoint = NULL;
+    kvr_registration silent = base;
+    silent.endpoint = "";
+    silent.settings.kv_events = KVR_KV_EVENTS_OFF;
+    cases[n].field = "replay_endpoint", cases[n].r = silent,
+    cases[n++].r.replay_endpoint = "tcp://127.0.0.1:5998";
+    cases[n].field = "topic", cases[n].r = silent, cases[n++].r.topic = "kv";
     for (size_t i = 0; i < n; i++) {
         kvr_registry_reply out;
         assert_int_equal(kvr_registry_register(f.reg, &cases[i].r, &out), KVR_REGISTRY_INVALID);
@@ -189,6 +203,18 @@ static void test_invalid_names_the_field_and_changes_nothing(void **state)
     }
     assert_int_equal(kvr_registry_workers(f.reg), 0);
     assert_null(kvr_indexer_find(f.ix, "m", NULL, 1));
+    /* ... and without them it registers, with no listener. */
+    kvr_registry_reply out;
+    assert_int_equal(kvr_registry_register(f.reg, &silent, &out), KVR_REGISTRY_CREATED);
+    assert_non_null(kvr_indexer_find(f.ix, "m", NULL, 1));
+    size_t listeners = 99;
+    assert_int_equal(kvr_source_run(f.src, count_listeners, &listeners), 0);
+    assert_int_equal(listeners, 0);
+    kvr_registrations l;
+    assert_int_equal(kvr_registry_list(f.reg, &l), 0);
+    assert_int_equal(l.n, 1);
+    assert_string_equal(l.items[0].endpoint, "");
+    kvr_registrations_free(&l);
     fx_stop(&f);
 }
 

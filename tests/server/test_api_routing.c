@@ -118,6 +118,111 @@ static void test_worker_without_events_routes_by_prefix(void **state)
     kvr_server_stop(srv);
 }
 
+static long post_status(const char *base, const char *path, const char *body)
+{
+    long st = 0;
+    json_decref(th_json("POST", base, path, body, &st));
+    return st;
+}
+
+static json_t *only_worker(const char *base, json_t **root)
+{
+    long st = 0;
+    *root = th_json("GET", base, "/workers", NULL, &st);
+    assert_int_equal(st, 200);
+    assert_int_equal(json_array_size(*root), 1);
+    return json_array_get(*root, 0);
+}
+
+/* An engine that publishes nothing has no endpoint to give: kv_events
+ * false registers without one (no listener; /workers active with empty
+ * endpoints, /ready not waiting for it) and routes by prefix all the same.
+ * Any other worker still needs its endpoint. */
+static void test_worker_without_events_needs_no_endpoint(void **state)
+{
+    (void)state;
+    char base[64];
+    kvr_server *srv = start(base, sizeof base, 0);
+    const char *no_ep = "{\"instance_id\": 2, \"model_name\": \"m\", \"block_size\": 4, "
+                        "\"kv_events\": false}";
+    json_t *r = NULL;
+    assert_int_equal(th_register(base, no_ep, &r), 201);
+    assert_string_equal(json_string_value(json_object_get(r, "result")), "created");
+    json_decref(r);
+    assert_int_equal(th_register(base, no_ep, &r), 200);
+    assert_string_equal(json_string_value(json_object_get(r, "result")), "unchanged");
+    json_decref(r);
+    const char *bad[][2] = {
+        {"{\"instance_id\": 3, \"model_name\": \"m\", \"block_size\": 4}", "endpoint"},
+        {"{\"instance_id\": 3, \"model_name\": \"m\", \"block_size\": 4, \"kv_events\": "
+         "\"auto\"}",
+         "endpoint"},
+        {"{\"instance_id\": 3, \"model_name\": \"m\", \"block_size\": 4, \"kv_events\": "
+         "false, \"replay_endpoint\": \"tcp://127.0.0.1:9\"}",
+         "replay_endpoint"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(th_register(base, bad[i][0], &r), 400);
+        assert_non_null(strstr(json_string_value(json_object_get(r, "error")), bad[i][1]));
+        json_decref(r);
+    }
+    json_t *root;
+    json_t *w = only_worker(base, &root);
+    assert_string_equal(json_string_value(json_object_get(w, "status")), "active");
+    assert_int_equal(json_object_size(json_object_get(w, "endpoints")), 0);
+    assert_int_equal(json_object_size(json_object_get(w, "listeners")), 0);
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(w, "capabilities"), "kv_events")),
+        "off");
+    json_decref(root);
+    long st = 0;
+    json_decref(th_json("GET", base, "/ready", NULL, &st));
+    assert_int_equal(st, 200);
+
+    /* Routed by prefix from what kvrouter sent it (worker 1 is as idle). */
+    assert_int_equal(th_register(base,
+                                 "{\"instance_id\": 1, \"endpoint\": \"tcp://127.0.0.1:1\", "
+                                 "\"model_name\": \"m\", \"block_size\": 4, \"kv_events\": true}",
+                                 NULL),
+                     201);
+    assert_int_equal(route(base, "first", "1,2,3,4,5,6,7,8,9,10,11,12", ", \"worker_id\": 2",
+                           NULL),
+                     200);
+    json_decref(th_json("POST", base, "/free", "{\"request_id\": \"first\"}", &st));
+    assert_int_equal(st, 200);
+    assert_int_equal(route(base, "next", "1,2,3,4,5,6,7,8,90,91,92,93", NULL, &r), 200);
+    assert_int_equal(json_integer_value(json_object_get(r, "worker_id")), 2);
+    assert_int_equal(json_integer_value(json_object_get(r, "overlap_tokens")), 8);
+    json_decref(r);
+    assert_int_equal(post_status(base, "/unregister",
+                                    "{\"instance_id\": 1, \"model_name\": \"m\"}"),
+                     200);
+
+    /* An endpoint given later starts a listener; taken away, it stops. */
+    assert_int_equal(th_register(base,
+                                 "{\"instance_id\": 2, \"endpoint\": \"tcp://127.0.0.1:2\", "
+                                 "\"model_name\": \"m\", \"block_size\": 4, \"kv_events\": false}",
+                                 NULL),
+                     201);
+    w = only_worker(base, &root);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(w, "endpoints"), "0")),
+                        "tcp://127.0.0.1:2");
+    json_decref(root);
+    assert_int_equal(th_register(base, no_ep, &r), 200);
+    assert_string_equal(json_string_value(json_object_get(r, "result")), "listener_restarted");
+    json_decref(r);
+    w = only_worker(base, &root);
+    assert_int_equal(json_object_size(json_object_get(w, "listeners")), 0);
+    json_decref(root);
+    assert_int_equal(post_status(base, "/unregister",
+                                    "{\"instance_id\": 2, \"model_name\": \"m\"}"),
+                     200);
+    r = th_json("GET", base, "/workers", NULL, &st);
+    assert_int_equal(json_array_size(r), 0);
+    json_decref(r);
+    kvr_server_stop(srv);
+}
+
 static void test_bad_values_name_the_field(void **state)
 {
     (void)state;
@@ -160,6 +265,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_max_bookings_is_429_naming_the_limit),
         cmocka_unit_test(test_worker_without_events_routes_by_prefix),
+        cmocka_unit_test(test_worker_without_events_needs_no_endpoint),
         cmocka_unit_test(test_bad_values_name_the_field),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

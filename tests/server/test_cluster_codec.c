@@ -17,7 +17,8 @@ static const char *full =
     "\"model_name\": \"kimi-k2.5\", \"block_size\": 64, \"routing_group\": \"g\", \"dp_rank\": 3, "
     "\"replay_endpoint\": \"tcp://10.0.0.1:5558\", \"topic\": \"kv\", \"lora_name\": \"ad\", "
     "\"mm_identity\": \"engine_wide\", \"accepts_mm_hashes\": true, \"is_eagle\": true, "
-    "\"engine\": \"vllm\", \"image_token_id\": 151655}";
+    "\"engine\": \"vllm\", \"image_token_id\": 151655, \"kv_events\": \"on\", "
+    "\"prefill_tps\": 25000.5}";
 
 static void parse(const char *text, kvr_registration *reg, json_t **holder)
 {
@@ -55,10 +56,26 @@ static void test_every_field_round_trips(void **state)
     assert_int_equal(y->engine, x->engine);
     assert_true(y->has_image_token_id);
     assert_int_equal(y->image_token_id, 151655);
+    assert_int_equal(y->kv_events, KVR_KV_EVENTS_ON);
+    assert_true(y->prefill_tps == 25000.5);
     /* the same registration, the same bytes */
     char *again = kvr_api_format_registration(&b);
     assert_string_equal(again, text);
     free(again);
+    free(text);
+    json_decref(ha);
+    json_decref(hb);
+
+    /* an engine that publishes nothing: no endpoint, kv_events kept */
+    parse("{\"instance_id\": 5, \"model_name\": \"m\", \"block_size\": 16, "
+          "\"kv_events\": false}",
+          &a, &ha);
+    text = kvr_api_format_registration(&a);
+    assert_non_null(text);
+    assert_null(strstr(text, "endpoint"));
+    parse(text, &b, &hb);
+    assert_null(b.endpoint);
+    assert_int_equal(b.settings.kv_events, KVR_KV_EVENTS_OFF);
     free(text);
     json_decref(ha);
     json_decref(hb);
@@ -71,7 +88,8 @@ static void test_every_field_round_trips(void **state)
           &m, &hm);
     parse("{\"instance_id\": 1, \"endpoint\": \"tcp://h:1\", \"model_name\": \"m\", "
           "\"block_size\": 16, \"routing_group\": \"default\", \"dp_rank\": 0, "
-          "\"mm_identity\": \"legacy\", \"is_eagle\": false, \"engine\": \"sglang\"}",
+          "\"mm_identity\": \"legacy\", \"is_eagle\": false, \"engine\": \"sglang\", "
+          "\"kv_events\": \"auto\"}",
           &e, &he);
     char *tm = kvr_api_format_registration(&m), *te = kvr_api_format_registration(&e);
     assert_string_equal(tm, te);
@@ -88,10 +106,14 @@ static void test_writer_covers_every_parsed_field(void **state)
     size_t len;
     char *src = kvr_test_read_file(kvr_test_path("src/server/api_registry.c"), &len);
     assert_non_null(src);
-    /* the parser's body: from its name to the next function */
-    char *start = strstr(src, "bool kvr_api_parse_registration(");
+    /* the parser and its helpers: from the first helper to the end of
+     * kvr_api_parse_registration */
+    char *start = strstr(src, "static bool parse_routing_hints(");
+    char *parser = strstr(src, "bool kvr_api_parse_registration(");
     assert_non_null(start);
-    char *end = strstr(start, "\n}\n");
+    assert_non_null(parser);
+    assert_true(start < parser);
+    char *end = strstr(parser, "\n}\n");
     assert_non_null(end);
     *end = 0;
     kvr_registration a;
@@ -99,17 +121,19 @@ static void test_writer_covers_every_parsed_field(void **state)
     parse(full, &a, &h);
     char *text = kvr_api_format_registration(&a);
     regex_t re;
-    assert_int_equal(regcomp(&re, "kvr_json_get_[a-z0-9]+\\(body, \"([a-z_]+)\"", REG_EXTENDED), 0);
-    regmatch_t mt[2];
+    assert_int_equal(regcomp(&re, "(kvr_json_get_[a-z0-9]+|json_object_get)\\(body, \"([a-z_]+)\"",
+                             REG_EXTENDED),
+                     0);
+    regmatch_t mt[3];
     size_t fields = 0;
-    for (const char *p = start; regexec(&re, p, 2, mt, 0) == 0; p += mt[0].rm_eo) {
+    for (const char *p = start; regexec(&re, p, 3, mt, 0) == 0; p += mt[0].rm_eo) {
         char key[64];
-        snprintf(key, sizeof key, "\"%.*s\":", (int)(mt[1].rm_eo - mt[1].rm_so), p + mt[1].rm_so);
+        snprintf(key, sizeof key, "\"%.*s\":", (int)(mt[2].rm_eo - mt[2].rm_so), p + mt[2].rm_so);
         if (!strstr(text, key))
             fail_msg("/register field %s is parsed but not written to the bucket", key);
         fields++;
     }
-    assert_true(fields >= 14);
+    assert_true(fields >= 16);
     regfree(&re);
     free(text);
     json_decref(h);
