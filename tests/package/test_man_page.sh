@@ -1,6 +1,7 @@
 #!/bin/sh
 # kvrouter(1) stays true: it renders without a warning, names every command
-# of `kvrouter --help` and every option of `kvrouter serve --help`, and names
+# of `kvrouter --help`, every option of `kvrouter serve --help` and every router
+# key it lists, and names
 # no option that no command has any more.
 # usage: test_man_page.sh KVROUTER_BINARY SOURCE_DIR
 set -eu
@@ -23,6 +24,15 @@ done
 for o in $("$BIN" serve --help | grep -o -- '--[a-z][a-z0-9-]*' | sort -u); do
     grep -qE -- "$o([^a-z0-9-]|\$)" "$T/man" || {
         echo "FAIL: 'kvrouter serve --help' has $o but dist/kvrouter.1 does not; document it"
+        status=1
+    }
+done
+# every router key (--router-opt KEY=VALUE, the config's "router" object)
+keys=$("$BIN" serve --help | awk '/^Router keys/ {on = 1; next} on && /^  [a-z_]+ / {print $1}')
+test -n "$keys" || { echo "FAIL: no router keys in kvrouter serve --help"; exit 1; }
+for k in $keys; do
+    grep -qE "(^|[^a-z_])$k([^a-z_]|\$)" "$T/man" || {
+        echo "FAIL: router key '$k' of 'kvrouter serve --help' is not in dist/kvrouter.1"
         status=1
     }
 done
