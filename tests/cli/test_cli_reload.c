@@ -173,11 +173,78 @@ static void test_sighup_reloads_workers_and_keeps_a_bad_file_out(void **state)
     th_engine_stop(&ea);
 }
 
+/* What SIGHUP does besides the workers: the access log is reopened at its
+ * path (rotation by rename, as with POST /reopen_logs) and max_workers
+ * applies at once. */
+static void test_sighup_reopens_the_access_log_and_applies_max_workers(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/kvr_reload_cfgXXXXXX", log[] = "/tmp/kvr_reload_logXXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    fd = mkstemp(log);
+    assert_true(fd >= 0);
+    close(fd);
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "{\"listen\": \"127.0.0.1:0\", \"access_log\": \"%s\", \"max_workers\": 0}", log);
+    kvr_test_replace_file(path, cfg);
+    char *argv[] = {(char *)kvr_test_binary(), "serve", "--config", path, NULL};
+    kvr_child *c = calloc(1, sizeof *c);
+    kvr_child_spawn(c, argv);
+    char addr[64];
+    int port = kvr_child_read_listen(c, addr, sizeof addr);
+    assert_true(port > 0);
+    char base[64];
+    snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
+    const char *reg = "{\"instance_id\": %d, \"endpoint\": \"tcp://127.0.0.1:%d\", "
+                      "\"model_name\": \"m\", \"block_size\": 4}";
+    char body[256];
+    snprintf(body, sizeof body, reg, 1, 6991);
+    assert_int_equal(th_register(base, body, NULL), 201);
+
+    /* Rotate, lower the worker limit, reload. */
+    char rotated[64];
+    snprintf(rotated, sizeof rotated, "%s.1", log);
+    assert_int_equal(rename(log, rotated), 0);
+    snprintf(cfg, sizeof cfg,
+             "{\"listen\": \"127.0.0.1:0\", \"access_log\": \"%s\", \"max_workers\": 1}", log);
+    kvr_test_replace_file(path, cfg);
+    size_t mark = c->err_len;
+    kill(c->pid, SIGHUP);
+    assert_true(kvr_child_wait_stderr(c, mark, "0 created, 0 changed, 0 unchanged", WAIT));
+    snprintf(body, sizeof body, reg, 2, 6992);
+    json_t *r = NULL;
+    assert_int_equal(th_register(base, body, &r), 503);
+    assert_string_equal(json_string_value(json_object_get(r, "limit")), "max_workers");
+    json_decref(r);
+    assert_int_equal(kvr_child_stop(c, SIGTERM), 0);
+    free(c);
+
+    /* The request before the reload is in the rotated file, the one after
+     * it in a new file at the path. */
+    size_t len;
+    char *old = kvr_test_read_file(rotated, &len);
+    char *now = kvr_test_read_file(log, &len);
+    assert_non_null(old);
+    assert_non_null(now);
+    assert_int_equal(strstr(old, "\"status\":201") != NULL, 1);
+    assert_null(strstr(old, "\"status\":503"));
+    assert_non_null(strstr(now, "\"status\":503"));
+    free(old);
+    free(now);
+    unlink(rotated);
+    unlink(log);
+    unlink(path);
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sighup_reloads_workers_and_keeps_a_bad_file_out),
+        cmocka_unit_test(test_sighup_reopens_the_access_log_and_applies_max_workers),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();

@@ -58,6 +58,9 @@ static void test_register_answers_status_ok_with_the_result(void **state)
     reg(body, sizeof body, 1, "default", 0, NULL);
     assert_int_equal(post_field(&s, "/register", body, "status", v, sizeof v), 201);
     assert_string_equal(v, "ok");
+    reg(body, sizeof body, 1, "default", 1, NULL); /* a new rank: created too */
+    assert_int_equal(post_field(&s, "/register", body, "result", v, sizeof v), 201);
+    assert_string_equal(v, "created");
     assert_int_equal(post_field(&s, "/register", body, "result", v, sizeof v), 200);
     assert_string_equal(v, "unchanged");
     reg(body, sizeof body, 1, "default", 0, ", \"mm_identity\": \"engine_wide\"");
