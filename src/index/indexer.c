@@ -210,6 +210,8 @@ static kvr_worker *worker_new(kvr_group *g, uint64_t worker_id, const kvr_worker
     conf_apply(w, c);
     pthread_mutex_init(&w->mu, NULL);
     atomic_init(&w->wide_seen, false);
+    atomic_init(&w->rank_bits, 0);
+    atomic_init(&w->wide_ranks, false);
     atomic_init(&w->batches_rejected, 0);
     g->workers[g->n_workers++] = w;
     return w;
@@ -368,17 +370,16 @@ static void caps_fill(kvr_worker *w, kvr_worker_caps *c)
     c->mm_identity = w->conf.mm_identity;
     c->engine = w->conf.engine;
     c->lora_seed = w->lora_seed;
-    memcpy(c->lora_name, w->conf.lora, sizeof(c->lora_name));
+    /* the name's bytes only: the whole array per worker per /route was
+     * 256 KB of copying with 1000 workers */
+    size_t n = w->conf.lora[0] ? strnlen(w->conf.lora, sizeof(c->lora_name) - 1) : 0;
+    if (n)
+        memcpy(c->lora_name, w->conf.lora, n);
+    c->lora_name[n] = 0;
     c->kv_events = w->conf.kv_events;
     c->prefill_tps = w->conf.prefill_tps;
-    /* the worker mutex only: rank mutexes are held for whole batches */
-    pthread_mutex_lock(&w->mu);
-    c->n_ranks = (uint32_t)w->n_ranks;
-    /* w->ranks is sorted: the lowest ranks, a stable subset across snapshots */
-    uint32_t k = c->n_ranks < KVR_CAPS_RANKS ? c->n_ranks : KVR_CAPS_RANKS;
-    for (uint32_t i = 0; i < k; i++)
-        c->ranks[i] = w->ranks[i]->rank;
-    pthread_mutex_unlock(&w->mu);
+    c->rank_bits = atomic_load_explicit(&w->rank_bits, memory_order_relaxed);
+    c->wide_ranks = atomic_load_explicit(&w->wide_ranks, memory_order_relaxed);
 }
 
 void kvr_worker_caps_get(kvr_indexer *ix, kvr_worker *w, kvr_worker_caps *out)

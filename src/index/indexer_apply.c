@@ -51,6 +51,23 @@ void kvr_ix_rank_destroy(kvr_rank_state *r)
     free(r);
 }
 
+/* The ranks with state as kvr_worker_caps reads them, without w->mu;
+ * after every change to w->ranks. */
+static void publish_ranks(kvr_worker *w)
+{
+    uint64_t bits = 0;
+    bool wide = false;
+    for (size_t i = 0; i < w->n_ranks; i++) {
+        uint32_t r = w->ranks[i]->rank;
+        if (r < KVR_CAPS_RANKS)
+            bits |= 1ull << r;
+        else
+            wide = true;
+    }
+    atomic_store_explicit(&w->rank_bits, bits, memory_order_relaxed);
+    atomic_store_explicit(&w->wide_ranks, wide, memory_order_relaxed);
+}
+
 kvr_rank_state *kvr_ix_rank_get(kvr_worker *w, uint32_t rank, bool create)
 {
     kvr_rank_state *found = NULL;
@@ -68,6 +85,7 @@ kvr_rank_state *kvr_ix_rank_get(kvr_worker *w, uint32_t rank, bool create)
                 memmove(&w->ranks[at + 1], &w->ranks[at], (w->n_ranks - at) * sizeof(*w->ranks));
                 w->ranks[at] = found;
                 w->n_ranks++;
+                publish_ranks(w);
             }
         }
     }
@@ -90,6 +108,7 @@ void kvr_ix_worker_drop_state(kvr_worker *w)
         kvr_ix_rank_destroy(w->ranks[i]);
     }
     w->n_ranks = 0;
+    publish_ranks(w);
 
     /* Ownerships loaded from a peer's dump for this worker id. Collected
      * first: the map must not change while iterated. */
@@ -412,6 +431,7 @@ bool kvr_indexer_unregister_rank(kvr_indexer *ix, kvr_worker *w, uint32_t rank)
         kvr_ix_rank_destroy(r);
         w->n_ranks--;
         memmove(&w->ranks[i], &w->ranks[i + 1], (w->n_ranks - i) * sizeof(*w->ranks));
+        publish_ranks(w);
         found = true;
         break;
     }

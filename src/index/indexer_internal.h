@@ -61,6 +61,10 @@ struct kvr_worker {
     kvr_rank_state **ranks; /* sorted by rank, so snapshots need no sort */
     size_t n_ranks, cap_ranks;
     atomic_bool wide_seen;
+    /* ranks with state, readable without mu (kvr_worker_caps): bit r for
+     * rank r < KVR_CAPS_RANKS, wide_ranks for any above; written under mu */
+    atomic_uint_fast64_t rank_bits;
+    atomic_bool wide_ranks;
     atomic_uint_fast64_t batches_rejected;
     uint64_t resets;
 };

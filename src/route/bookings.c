@@ -56,8 +56,10 @@ void route_bookings_free(route_bookings *b)
 
 uint64_t route_wr_key(uintptr_t index, uint64_t worker_id, uint32_t dp_rank)
 {
-    return kvr_mix64((uint64_t)index) ^ kvr_mix64(worker_id + 0x9e3779b97f4a7c15ULL) ^
-           kvr_mix64(((uint64_t)dp_rank << 32) | 0x5bd1e995u);
+    /* one mix (the map mixes again; equal keys are told apart by the
+     * entries' fields): a /route looks up every candidate's load and rate */
+    return kvr_mix64(worker_id ^ (uint64_t)index * 0x9e3779b97f4a7c15ULL) +
+           (uint64_t)dp_rank * 0xc2b2ae3d27d4eb4fULL;
 }
 
 route_load *route_load_find(route_bookings *b, uintptr_t index, uint64_t worker_id,

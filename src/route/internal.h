@@ -255,6 +255,10 @@ typedef struct route_scratch {
     size_t padded_cap[2];
     uint32_t *entry_profile; /* per kvr_query_result entry: its profile */
     size_t ep_cap;
+    /* kvr_route's candidates when the decision does not keep them (not
+     * debug): reused, as a fresh 112 KB per 1000-worker /route was not */
+    kvr_route_cost *costs;
+    size_t costs_cap;
     struct route_scratch *next;
 } route_scratch;
 

@@ -31,11 +31,12 @@ static long list_workers(kvr_router *r, route_scratch *s, const char *model, con
     }
 }
 
-static const kvr_match_entry *find_match(const route_profile *pr, uint64_t worker_id,
+/* The match of dp_rank among the worker's matches (from first, its first
+ * one: route_profile_first_match, looked up once per worker). */
+static const kvr_match_entry *find_match(const route_profile *pr, uint32_t first,
                                          uint32_t dp_rank)
 {
-    for (uint32_t i = route_profile_first_match(pr, worker_id); i != UINT32_MAX;
-         i = pr->same_worker[i])
+    for (uint32_t i = first; i != UINT32_MAX; i = pr->same_worker[i])
         if (pr->matches[i].dp_rank == dp_rank)
             return &pr->matches[i];
     return NULL;
@@ -51,17 +52,17 @@ static bool has_rank(const route_scratch *s, size_t w, uint32_t dp_rank)
 
 /* Whether (worker, rank)'s overlap comes from the approximate index: its
  * engine publishes no events, or (auto) none has been applied on that rank.
- * Ranks past the caps snapshot's first KVR_CAPS_RANKS have state. */
+ * A rank past the caps snapshot's KVR_CAPS_RANKS counts as having state
+ * once any such rank has. */
 static bool approximate(const kvr_worker_caps *c, uint32_t dp_rank)
 {
     if (c->kv_events == KVR_KV_EVENTS_OFF)
         return true;
-    if (c->kv_events == KVR_KV_EVENTS_ON || c->n_ranks > KVR_CAPS_RANKS)
+    if (c->kv_events == KVR_KV_EVENTS_ON)
         return false;
-    for (uint32_t i = 0; i < c->n_ranks; i++)
-        if (c->ranks[i] == dp_rank)
-            return false;
-    return true;
+    if (dp_rank >= KVR_CAPS_RANKS)
+        return !c->wide_ranks;
+    return !(c->rank_bits >> dp_rank & 1);
 }
 
 typedef struct {
@@ -71,7 +72,8 @@ typedef struct {
 } approx_ctx;
 
 static void add_entry(kvr_query_result *out, route_scratch *s, const kvr_worker_caps *c,
-                      uint32_t profile, uint32_t dp_rank, bool rank_seen, const approx_ctx *ax)
+                      uint32_t profile, uint32_t first, uint32_t dp_rank, bool rank_seen,
+                      const approx_ctx *ax)
 {
     const route_profile *pr = &s->profiles[profile];
     s->entry_profile[out->n_entries] = profile;
@@ -93,7 +95,7 @@ static void add_entry(kvr_query_result *out, route_scratch *s, const kvr_worker_
                               c->kv_events == KVR_KV_EVENTS_OFF ? 0 : KVR_ROUTE_APPROX_GRACE_S);
         return;
     }
-    const kvr_match_entry *m = find_match(pr, c->worker_id, dp_rank);
+    const kvr_match_entry *m = find_match(pr, first, dp_rank);
     if (m) {
         e->gpu_blocks = m->gpu_blocks;
         e->cpu_blocks = m->cpu_blocks;
@@ -108,20 +110,20 @@ static void add_worker(kvr_query_result *out, route_scratch *s, size_t w, const 
     const kvr_worker_caps *c = &s->caps[w];
     uint32_t prof = s->worker_profile[w];
     const route_profile *pr = &s->profiles[prof];
+    uint32_t first = pr->n_matches ? route_profile_first_match(pr, c->worker_id) : UINT32_MAX;
     for (uint32_t k = 0; k < s->spans[w].n; k++)
-        add_entry(out, s, c, prof, s->ranks[s->spans[w].off + k], true, ax);
+        add_entry(out, s, c, prof, first, s->ranks[s->spans[w].off + k], true, ax);
     bool zero_listed = s->spans[w].n == 0;
-    for (uint32_t i = route_profile_first_match(pr, c->worker_id); i != UINT32_MAX;
-         i = pr->same_worker[i]) {
+    for (uint32_t i = first; i != UINT32_MAX; i = pr->same_worker[i]) {
         const kvr_match_entry *m = &pr->matches[i];
         if (has_rank(s, w, m->dp_rank))
             continue;
         if (m->dp_rank == 0)
             zero_listed = false;
-        add_entry(out, s, c, prof, m->dp_rank, true, ax);
+        add_entry(out, s, c, prof, first, m->dp_rank, true, ax);
     }
     if (zero_listed)
-        add_entry(out, s, c, prof, 0, false, ax);
+        add_entry(out, s, c, prof, first, 0, false, ax);
 }
 
 static kvr_route_status fail(kvr_query_result *out, kvr_route_status st, const char *msg)

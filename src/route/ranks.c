@@ -77,6 +77,9 @@ static route_rank_group *group_find(kvr_router *r, uintptr_t index)
 static int copy_ranks(route_scratch *s, const route_rank_group *g, size_t n_workers, bool lenient)
 {
     size_t total = 0, next = 0;
+    /* at most every cached pair plus one per worker: grown once */
+    if (route_grow((void **)&s->ranks, &s->ranks_cap, g->n + n_workers + 1, sizeof *s->ranks) < 0)
+        return -1;
     for (size_t w = 0; w < n_workers; w++) {
         uint64_t id = s->caps[w].worker_id;
         /* workers usually come in the cache's order: try where the last
@@ -92,8 +95,6 @@ static int copy_ranks(route_scratch *s, const route_rank_group *g, size_t n_work
             j++;
         next = j;
         s->spans[w].off = (uint32_t)total;
-        if (route_grow((void **)&s->ranks, &s->ranks_cap, total + (j - i) + 1, sizeof *s->ranks) < 0)
-            return -1;
         for (size_t k = i; k < j; k++)
             if (g->pairs[k].dp_rank != NO_RANK)
                 s->ranks[total++] = g->pairs[k].dp_rank;

@@ -59,6 +59,7 @@ static void scratch_destroy(route_scratch *s)
     free(s->padded[0]);
     free(s->padded[1]);
     free(s->entry_profile);
+    free(s->costs);
     free(s);
 }
 

@@ -410,15 +410,21 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
     out->n_hash_passes = q.n_hash_passes;
     if (st == KVR_ROUTE_OK && filter_candidates(req, &q, s->entry_profile) == 0)
         st = KVR_ROUTE_NO_CANDIDATE;
-    kvr_route_cost *c = NULL;
+    /* the decision owns the candidates only when it reports them */
+    kvr_route_cost *c = NULL, *owned = NULL;
     uint64_t *unique = NULL;
-    if (st == KVR_ROUTE_OK && (!(c = calloc(q.n_entries, sizeof *c)) ||
-                               !(unique = malloc(s->n_profiles * sizeof *unique))))
-        st = KVR_ROUTE_NO_MEMORY;
+    if (st == KVR_ROUTE_OK) {
+        if (req->debug)
+            c = owned = calloc(q.n_entries ? q.n_entries : 1, sizeof *c);
+        else if (route_grow((void **)&s->costs, &s->costs_cap, q.n_entries + 1, sizeof *c) == 0)
+            c = memset(s->costs, 0, q.n_entries * sizeof *c);
+        if (!c || !(unique = malloc(s->n_profiles * sizeof *unique)))
+            st = KVR_ROUTE_NO_MEMORY;
+    }
     if (st != KVR_ROUTE_OK) {
         snprintf(out->error, sizeof out->error, "%s",
                  st == KVR_ROUTE_NO_MEMORY ? "out of memory" : q.error);
-        free(c);
+        free(owned);
         route_scratch_release(r, s);
         kvr_query_result_free(&q);
         return st;
@@ -460,7 +466,7 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
         st = book(r, idx, &p, req, s, &q, c, pick, unique, isl, bs, now, out);
         if (st != KVR_ROUTE_OK) {
             pthread_mutex_unlock(&r->mu);
-            free(c);
+            free(owned);
             free(unique);
             route_scratch_release(r, s);
             kvr_query_result_free(&q);
@@ -469,7 +475,6 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
     }
     pthread_mutex_unlock(&r->mu);
     free(unique);
-    route_scratch_release(r, s);
 
     const kvr_query_entry *e = &q.entries[pick];
     out->worker_id = e->worker_id;
@@ -483,11 +488,11 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
     out->reason = reason;
     out->cost = c[pick].cost;
     out->block_size = bs;
-    if (req->debug) {
-        out->costs = c;
+    if (owned) {
+        out->costs = owned;
         out->n_costs = n;
-    } else
-        free(c);
+    }
+    route_scratch_release(r, s);
     kvr_query_result_free(&q);
     return KVR_ROUTE_OK;
 }

@@ -319,31 +319,29 @@ static void test_caps_and_list(void **state)
     assert_int_equal(caps[1].lora_seed, KVR_HASH_SEED);
     assert_string_equal(caps[1].lora_name, "");
     assert_int_equal(kvr_indexer_caps_list(ix, "nope", NULL, caps, 4), 0);
-    assert_int_equal(caps[0].n_ranks, 0);
+    assert_true(caps[0].rank_bits == 0 && !caps[0].wide_ranks);
 
-    /* ranks appear once a batch applied, sorted; the list is capped */
+    /* ranks appear once a batch applied: bits below KVR_CAPS_RANKS, one
+     * flag for any above */
     kvr_worker *w8 = kvr_indexer_find(ix, MODEL, NULL, 8);
     kvr_batch empty = batch_of(NULL, 0);
-    for (uint32_t r = 0; r < KVR_CAPS_RANKS + 3; r++)
-        kvr_indexer_apply(ix, w8, KVR_CAPS_RANKS + 2 - r, &empty);
-    kvr_worker_caps_get(ix, w8, &caps[1]);
-    assert_int_equal(caps[1].n_ranks, KVR_CAPS_RANKS + 3);
     for (uint32_t r = 0; r < KVR_CAPS_RANKS; r++)
-        assert_int_equal(caps[1].ranks[r], r);
+        kvr_indexer_apply(ix, w8, KVR_CAPS_RANKS - 1 - r, &empty);
+    kvr_worker_caps_get(ix, w8, &caps[1]);
+    assert_true(caps[1].rank_bits == UINT64_MAX && !caps[1].wide_ranks);
+    kvr_indexer_apply(ix, w8, KVR_CAPS_RANKS + 7, &empty);
+    kvr_worker_caps_get(ix, w8, &caps[1]);
+    assert_true(caps[1].rank_bits == UINT64_MAX && caps[1].wide_ranks);
     kvr_worker *w7 = kvr_indexer_find(ix, MODEL, NULL, 7);
     kvr_indexer_apply(ix, w7, 5, &empty);
     kvr_indexer_apply(ix, w7, 2, &empty);
     assert_int_equal(kvr_indexer_caps_list(ix, MODEL, NULL, caps, 4), 2);
-    assert_int_equal(caps[0].n_ranks, 2);
-    assert_int_equal(caps[0].ranks[0], 2);
-    assert_int_equal(caps[0].ranks[1], 5);
-    /* removing a rank keeps the others in order */
+    assert_true(caps[0].rank_bits == (1u << 2 | 1u << 5));
+    /* removing a rank keeps the others */
     kvr_indexer_apply(ix, w7, 3, &empty);
     assert_true(kvr_indexer_unregister_rank(ix, w7, 2));
     kvr_worker_caps_get(ix, w7, &caps[0]);
-    assert_int_equal(caps[0].n_ranks, 2);
-    assert_int_equal(caps[0].ranks[0], 3);
-    assert_int_equal(caps[0].ranks[1], 5);
+    assert_true(caps[0].rank_bits == (1u << 3 | 1u << 5) && !caps[0].wide_ranks);
 
     assert_int_equal(kvr_indexer_list(ix, NULL, NULL, NULL, 0), 4);
     assert_int_equal(kvr_indexer_list(ix, MODEL, NULL, NULL, 0), 3);
