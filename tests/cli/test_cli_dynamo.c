@@ -2,7 +2,7 @@
  * standalone indexer starts it (SPEC §7.1): --port (every interface, with a
  * warning), --threads, --block-size/--workers without --model-name (model
  * "default", as Dynamo), --routing-group, --access-log, and
- * DYN_ROUTER_MIN_INITIAL_WORKERS from the environment. */
+ * DYN_ROUTER_MIN_INITIAL_WORKERS from the environment, --peers. */
 #include "test_support.h"
 
 #include "../server/net_helpers.h"
@@ -94,12 +94,63 @@ static void test_min_initial_workers_from_the_environment(void **state)
     free(out);
 }
 
+/* --peers as a manifest passes it: a second kvrouter started with the first
+ * one's URL recovers its workers and its index before it serves. */
+static void test_peers_flag_recovers_from_a_running_kvrouter(void **state)
+{
+    (void)state;
+    th_engine e;
+    th_engine_start(&e);
+    char workers[256];
+    snprintf(workers, sizeof workers, "42=%s", e.endpoint);
+    char *argv_a[] = {(char *)kvr_test_binary(), "serve", "--listen", "127.0.0.1:0",
+                      "--block-size", "4", "--model-name", "m", "--workers", workers, NULL};
+    kvr_child *a = calloc(1, sizeof *a);
+    kvr_child_spawn(a, argv_a);
+    char addr[64], base_a[64], base_b[64];
+    int port = kvr_child_read_listen(a, addr, sizeof addr);
+    assert_true(port > 0);
+    snprintf(base_a, sizeof base_a, "http://127.0.0.1:%d", port);
+    assert_true(th_engine_wait_sub(&e, WAIT));
+    uint64_t tokens[8] = {5, 6, 7, 8, 9, 10, 11, 12}, hashes[2] = {1, 2}, local[2];
+    th_local_hashes(tokens, 8, 4, local, 2);
+    kvr_raw_event ev = th_store(hashes, 2, 0, tokens, 4);
+    th_send_events(&e, 0, &ev, 1, true);
+    assert_int_equal(th_wait_score(base_a, "m", local, 2, 42, 0, 8, WAIT), 8);
+
+    char *argv_b[] = {(char *)kvr_test_binary(), "serve", "--listen", "127.0.0.1:0", "--peers",
+                      base_a, NULL};
+    kvr_child *b = calloc(1, sizeof *b);
+    kvr_child_spawn(b, argv_b);
+    port = kvr_child_read_listen(b, addr, sizeof addr);
+    assert_true(port > 0);
+    snprintf(base_b, sizeof base_b, "http://127.0.0.1:%d", port);
+    /* Serving means recovered: the worker and its blocks are there at once. */
+    assert_int_equal(th_score(base_b, "m", local, 2, 42, 0), 8);
+    long st;
+    json_t *w = th_json("GET", base_b, "/workers", NULL, &st);
+    assert_int_equal(st, 200);
+    assert_int_equal(json_array_size(w), 1);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(w, 0), "instance_id")), 42);
+    json_decref(w);
+    json_t *peers = th_json("GET", base_b, "/peers", NULL, &st);
+    assert_int_equal(st, 200);
+    assert_string_equal(json_string_value(json_array_get(peers, 0)), base_a);
+    json_decref(peers);
+    assert_int_equal(kvr_child_stop(b, SIGTERM), 0);
+    assert_int_equal(kvr_child_stop(a, SIGTERM), 0);
+    free(a);
+    free(b);
+    th_engine_stop(&e);
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dynamo_flags_and_the_port_warning),
         cmocka_unit_test(test_min_initial_workers_from_the_environment),
+        cmocka_unit_test(test_peers_flag_recovers_from_a_running_kvrouter),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();
