@@ -93,8 +93,9 @@ static void merge_config(kvr_source_config *dst, const kvr_source_config *cfg)
 }
 
 /* A listener holds three descriptors (the mailboxes of its SUB, of the
- * SUB's monitor and of our end of it) plus its connection: 1000 engines
- * need about 4000, and the usual soft limit is 1024. The hard limit is what
+ * SUB's monitor and of our end of it) plus its connection, and three more
+ * while it replays (the DEALER and its monitor): 1000 engines need about
+ * 4000, and the usual soft limit is 1024. The hard limit is what
  * the operator allows; take it. */
 static void raise_fd_limit(void)
 {
