@@ -37,9 +37,10 @@ typedef struct {
 } kvr_rank_state;
 
 /* Settings with owned strings and defaults resolved. */
+/* The name last: a /route reads the rest of every worker's (with the
+ * fields kvr_worker puts before it) from one or two cache lines. */
 typedef struct {
     uint32_t block_size;
-    char lora[KVR_NAME_MAX];      /* "" = none */
     kvr_mm_identity mm_identity;
     int accepts_raw;              /* as registered: -1, 0, 1 */
     int accepts_norm;             /* -1 only for auto+unset (dynamic) */
@@ -50,21 +51,23 @@ typedef struct {
     uint32_t image_token_id;
     kvr_kv_events kv_events;      /* routing hints: change in place */
     double prefill_tps;
+    char lora[KVR_NAME_MAX];      /* "" = none */
 } kvr_worker_conf;
 
+/* What kvr_worker_caps reads comes first. */
 struct kvr_worker {
     kvr_group *grp;
     uint64_t worker_id;
-    kvr_worker_conf conf;
     uint64_t lora_seed;
-    pthread_mutex_t mu;
-    kvr_rank_state **ranks; /* sorted by rank, so snapshots need no sort */
-    size_t n_ranks, cap_ranks;
     atomic_bool wide_seen;
     /* ranks with state, readable without mu (kvr_worker_caps): bit r for
      * rank r < KVR_CAPS_RANKS, wide_ranks for any above; written under mu */
-    atomic_uint_fast64_t rank_bits;
     atomic_bool wide_ranks;
+    atomic_uint_fast64_t rank_bits;
+    kvr_worker_conf conf;
+    pthread_mutex_t mu;
+    kvr_rank_state **ranks; /* sorted by rank, so snapshots need no sort */
+    size_t n_ranks, cap_ranks;
     atomic_uint_fast64_t batches_rejected;
     uint64_t resets;
 };

@@ -39,6 +39,8 @@ static bool allowed(const kvr_route_request *req, const kvr_u64map *set, uint64_
 static size_t filter_candidates(const kvr_route_request *req, kvr_query_result *q,
                                 uint32_t *entry_profile)
 {
+    if (!req->has_worker_id && !req->has_dp_rank && !req->allowed_workers && q->n_entries)
+        return q->n_entries; /* no filter: every candidate stays, uncopied */
     size_t n = 0;
     bool worker_seen = false, rank_seen = false;
     /* A long allow-list is hashed once rather than scanned per candidate. */
