@@ -91,6 +91,21 @@ static inline int kvr_child_read_listen(kvr_child *c, char *addr, size_t cap)
     return atoi(colon + 1);
 }
 
+/* Starts `kvrouter serve` argv (listening on 127.0.0.1 or a wildcard), waits
+ * for its listen line and writes "http://127.0.0.1:PORT" into base. The
+ * child is calloc'ed: free it after kvr_child_stop. */
+static inline kvr_child *kvr_child_serve(char *const argv[], char *base, size_t cap)
+{
+    kvr_child *c = calloc(1, sizeof *c);
+    assert_non_null(c);
+    kvr_child_spawn(c, argv);
+    char addr[64];
+    int port = kvr_child_read_listen(c, addr, sizeof addr);
+    assert_true(port > 0);
+    snprintf(base, cap, "http://127.0.0.1:%d", port);
+    return c;
+}
+
 /* Sends sig, waits, drains stderr into c->err; the exit status (128 + signal
  * when killed). */
 static inline int kvr_child_stop(kvr_child *c, int sig)

@@ -60,14 +60,9 @@ static void test_min_initial_workers_from_the_environment(void **state)
     (void)state;
     setenv("DYN_ROUTER_MIN_INITIAL_WORKERS", "1", 1);
     char *argv[] = {(char *)kvr_test_binary(), "serve", "--listen", "127.0.0.1:0", NULL};
-    kvr_child *c = calloc(1, sizeof *c);
-    kvr_child_spawn(c, argv);
-    unsetenv("DYN_ROUTER_MIN_INITIAL_WORKERS");
-    char addr[64];
-    int port = kvr_child_read_listen(c, addr, sizeof addr);
-    assert_true(port > 0);
     char base[64];
-    snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
+    kvr_child *c = kvr_child_serve(argv, base, sizeof base);
+    unsetenv("DYN_ROUTER_MIN_INITIAL_WORKERS");
     const char *q = "{\"model_name\": \"m\", \"token_ids\": [1, 2]}";
     long st;
     json_decref(th_json("POST", base, "/query", q, &st));
@@ -105,12 +100,8 @@ static void test_peers_flag_recovers_from_a_running_kvrouter(void **state)
     snprintf(workers, sizeof workers, "42=%s", e.endpoint);
     char *argv_a[] = {(char *)kvr_test_binary(), "serve", "--listen", "127.0.0.1:0",
                       "--block-size", "4", "--model-name", "m", "--workers", workers, NULL};
-    kvr_child *a = calloc(1, sizeof *a);
-    kvr_child_spawn(a, argv_a);
-    char addr[64], base_a[64], base_b[64];
-    int port = kvr_child_read_listen(a, addr, sizeof addr);
-    assert_true(port > 0);
-    snprintf(base_a, sizeof base_a, "http://127.0.0.1:%d", port);
+    char base_a[64], base_b[64];
+    kvr_child *a = kvr_child_serve(argv_a, base_a, sizeof base_a);
     assert_true(th_engine_wait_sub(&e, WAIT));
     uint64_t tokens[8] = {5, 6, 7, 8, 9, 10, 11, 12}, hashes[2] = {1, 2}, local[2];
     th_local_hashes(tokens, 8, 4, local, 2);
@@ -120,11 +111,7 @@ static void test_peers_flag_recovers_from_a_running_kvrouter(void **state)
 
     char *argv_b[] = {(char *)kvr_test_binary(), "serve", "--listen", "127.0.0.1:0", "--peers",
                       base_a, NULL};
-    kvr_child *b = calloc(1, sizeof *b);
-    kvr_child_spawn(b, argv_b);
-    port = kvr_child_read_listen(b, addr, sizeof addr);
-    assert_true(port > 0);
-    snprintf(base_b, sizeof base_b, "http://127.0.0.1:%d", port);
+    kvr_child *b = kvr_child_serve(argv_b, base_b, sizeof base_b);
     /* Serving means recovered: the worker and its blocks are there at once. */
     assert_int_equal(th_score(base_b, "m", local, 2, 42, 0), 8);
     long st;

@@ -32,13 +32,8 @@ static kvr_child *serve_a_flood(uint64_t id, uint32_t rank, const char *log_form
     char *argv[] = {(char *)kvr_test_binary(), "serve", "--listen", "127.0.0.1:0", "--workers",
                     workers, "--model-name", "m", "--block-size", "4", "--log-format",
                     (char *)log_format, NULL};
-    kvr_child *c = calloc(1, sizeof *c);
-    kvr_child_spawn(c, argv);
-    char addr[64];
-    int port = kvr_child_read_listen(c, addr, sizeof addr);
-    assert_true(port > 0);
     char base[64];
-    snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
+    kvr_child *c = kvr_child_serve(argv, base, sizeof base);
     assert_true(th_engine_wait_sub(&e, WAIT));
     static const unsigned char junk[] = {0xc1, 0xc1, 0xc1, 0xc1};
     for (uint64_t seq = 0; seq < FLOOD; seq++)

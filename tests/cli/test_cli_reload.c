@@ -91,13 +91,8 @@ static void test_sighup_reloads_workers_and_keeps_a_bad_file_out(void **state)
              BS, a, b);
     kvr_test_replace_file(path, cfg);
     char *argv[] = {(char *)kvr_test_binary(), "serve", "--config", path, NULL};
-    kvr_child *c = calloc(1, sizeof *c);
-    kvr_child_spawn(c, argv);
-    char addr[64];
-    int port = kvr_child_read_listen(c, addr, sizeof addr);
-    assert_true(port > 0);
     char base[64];
-    snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
+    kvr_child *c = kvr_child_serve(argv, base, sizeof base);
     /* Worker 1 holds two blocks; worker 3 comes over HTTP. */
     assert_true(th_engine_wait_sub(&ea, WAIT));
     uint64_t tokens[8] = {5, 6, 7, 8, 9, 10, 11, 12}, hashes[2] = {1, 2}, local[2];
@@ -191,13 +186,8 @@ static void test_sighup_reopens_the_access_log_and_applies_max_workers(void **st
              "{\"listen\": \"127.0.0.1:0\", \"access_log\": \"%s\", \"max_workers\": 0}", log);
     kvr_test_replace_file(path, cfg);
     char *argv[] = {(char *)kvr_test_binary(), "serve", "--config", path, NULL};
-    kvr_child *c = calloc(1, sizeof *c);
-    kvr_child_spawn(c, argv);
-    char addr[64];
-    int port = kvr_child_read_listen(c, addr, sizeof addr);
-    assert_true(port > 0);
     char base[64];
-    snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
+    kvr_child *c = kvr_child_serve(argv, base, sizeof base);
     const char *reg = "{\"instance_id\": %d, \"endpoint\": \"tcp://127.0.0.1:%d\", "
                       "\"model_name\": \"m\", \"block_size\": 4}";
     char body[256];
