@@ -86,6 +86,8 @@ typedef struct {
     kvr_index_stats stats;
     uint64_t bytes_baseline;    /* index bytes with the owners created, before any event */
     uint64_t bytes_after_clear; /* after the replay and clearing every owner */
+    uint64_t clears;            /* owners cleared until none held anything */
+    double clear_max_us;        /* the longest of those clears, thread CPU time */
     /* concurrent replay (threads > 1): one writer, threads-1 readers */
     int threads;
     double conc_seconds, conc_events_per_s, conc_matches_per_s;

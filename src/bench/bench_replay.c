@@ -205,10 +205,25 @@ int kvr_bench_replay_coalesced(const kvr_bench_stream *s, uint32_t coalesce, kvr
     r->short_fastest_p50_us = fastest ? kvr_bench_percentile(fastest, ns, 0.50) * 1e6 : 0;
     r->short_fastest_p99_us = fastest ? kvr_bench_percentile(fastest, ns, 0.99) * 1e6 : 0;
     free(fastest);
-    /* memory must return to the baseline once every owner is gone */
-    for (size_t i = 0; i < s->n; i++)
-        if (owners[i] != KVR_OWNER_NONE)
-            kvr_index_clear_owner(idx, owners[i]);
+    /* memory must return to the baseline once every owner is gone; each
+     * clear holds the write lock throughout, so its time is a reader's wait */
+    r->clears = 0;
+    r->clear_max_us = 0;
+    bool *cleared = calloc(r->stats.owners + 1, sizeof *cleared);
+    for (size_t i = 0; i < s->n; i++) {
+        kvr_owner o = owners[i];
+        if (o == KVR_OWNER_NONE || (cleared && (o > r->stats.owners || cleared[o])))
+            continue;
+        double a = kvr_clock_seconds(CLOCK_THREAD_CPUTIME_ID);
+        kvr_index_clear_owner(idx, o);
+        double us = (kvr_clock_seconds(CLOCK_THREAD_CPUTIME_ID) - a) * 1e6;
+        if (cleared)
+            cleared[o] = true;
+        r->clears++;
+        if (us > r->clear_max_us)
+            r->clear_max_us = us;
+    }
+    free(cleared);
     kvr_index_stats end;
     kvr_index_stats_get(idx, &end);
     r->bytes_after_clear = end.bytes;

@@ -195,8 +195,8 @@ int kvr_cmd_bench(int argc, char **argv)
            r.stats.nodes, r.stats.ownerships, r.stats.owners, (double)r.stats.bytes / 1048576.0,
            bpb, r.stats.nodes ? (double)r.stats.bytes / (double)r.stats.nodes : 0);
     printf("churn       %" PRIu64 " block events; index bytes %" PRIu64 " before, %" PRIu64
-           " after clearing every owner\n",
-           r.event_blocks, r.bytes_baseline, r.bytes_after_clear);
+           " after clearing every owner (%" PRIu64 " clears, the longest %.0f us of CPU)\n",
+           r.event_blocks, r.bytes_baseline, r.bytes_after_clear, r.clears, r.clear_max_us);
     if (threads > 1)
         printf("concurrent  %d threads: %.0f events/s (writer), %.0f matches/s (%d readers), "
                "match p50 %.2f us p99 %.2f us, reader waits %" PRIu64

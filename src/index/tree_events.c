@@ -334,23 +334,57 @@ size_t kvr_index_remove(kvr_index *idx, kvr_owner owner, kvr_tier tier,
     return unknown;
 }
 
+/* The owner's runs, through the sets holding it, into runs (cap entries);
+ * returns how many. Reads only. */
+static size_t owner_runs(const kvr_index *idx, uint32_t owner, uint32_t *runs, size_t cap)
+{
+    const kvr_osets *s = &idx->sets;
+    size_t k = 0;
+    for (uint32_t set = 1; set < s->sets_cap && k < cap; set++)
+        if (s->sets[set].ref && kvr_osets_find(s, set, owner))
+            for (uint32_t r = s->sets[set].runs; r && k < cap; r = KVR_RUN(idx, r).link[KVR_SAME_SET].next)
+                runs[k++] = r;
+    return k;
+}
+
+/* Above this many owner sets, the scan for the owner's runs runs under a
+ * read lock (a clear of a 1000-owner index spent ~2 ms of its write lock
+ * on it, and matches waited that long). */
+#define CLEAR_SCAN_INLINE 4096u
+
 void kvr_index_clear_owner_locked(kvr_index *idx, kvr_owner owner)
 {
     if (owner >= idx->n_owners)
         return;
     kvr_tree_fit(idx, 0, 0);
-    /* The owner's runs, through the sets holding it; collected first, as
-     * leaving them changes the lists. Leaving a whole run never splits, so
-     * no run id is handed out again meanwhile: a freed one stays free. */
+    /* Collected first, as leaving them changes the lists. Leaving a whole
+     * run never splits, so no run id is handed out again meanwhile: a freed
+     * one stays free. */
     size_t cap = idx->owners[owner].blocks + 1, k = 0;
     uint32_t *runs = malloc(cap * sizeof *runs);
     if (!runs)
         abort(); /* a clear that silently kept state would route to a dead cache */
+    bool scanned = false;
+    if (idx->sets.sets_cap > CLEAR_SCAN_INLINE) {
+        /* As kvr_tree_fit: matches go on meanwhile; if another writer came
+         * between, the list may be stale and is taken again. */
+        uint64_t epoch = idx->write_epoch;
+        kvr_tree_write_unlock(idx);
+        pthread_rwlock_rdlock(&idx->lock);
+        k = owner_runs(idx, owner, runs, cap);
+        pthread_rwlock_unlock(&idx->lock);
+        kvr_tree_write_lock(idx);
+        scanned = idx->write_epoch == epoch + 1;
+    }
+    if (!scanned) {
+        cap = idx->owners[owner].blocks + 1;
+        uint32_t *n = realloc(runs, cap * sizeof *runs);
+        if (!n)
+            abort();
+        runs = n;
+        k = owner_runs(idx, owner, runs, cap);
+    }
     kvr_osets *s = &idx->sets;
-    for (uint32_t set = 1; set < s->sets_cap && k < cap; set++)
-        if (s->sets[set].ref && kvr_osets_find(s, set, owner))
-            for (uint32_t r = s->sets[set].runs; r && k < cap; r = KVR_RUN(idx, r).link[KVR_SAME_SET].next)
-                runs[k++] = r;
     for (size_t i = 0; i < k; i++) {
         if (!kvr_ids_used(&idx->run_ids, runs[i]))
             continue; /* reclaimed with a subtree, or merged into another */

@@ -390,6 +390,41 @@ static void test_clear_owner(void **state)
     assert_int_equal(result(f->idx, f->ctx, f->a, 0, 2), 20202);
 }
 
+/* A clear of an index with more owner sets than a clear scans under its
+ * write lock (the scan then runs under a read lock) takes exactly the
+ * owner's blocks. One block per subset of 13 owners: 5000 sets. */
+static void test_clear_owner_among_many_sets(void **state)
+{
+    fx *f = *state;
+    enum { OWNERS = 13, MASKS = 5000 };
+    kvr_owner o[OWNERS];
+    for (int k = 0; k < OWNERS; k++)
+        o[k] = kvr_index_owner(f->idx, 1000 + (uint64_t)k, 0);
+    uint64_t total = 0, of_first = 0;
+    for (uint64_t m = 1; m <= MASKS; m++)
+        for (int k = 0; k < OWNERS; k++)
+            if (m >> k & 1) {
+                assert_int_equal(store(f->idx, o[k], G, false, 0, 10 * m, 10 * m, 1), KVR_DROP_NONE);
+                total++;
+                of_first += k == 0;
+            }
+    kvr_index_clear_owner(f->idx, o[0]);
+    kvr_index_stats st;
+    kvr_index_stats_get(f->idx, &st);
+    assert_int_equal(st.ownerships, total - of_first);
+    for (uint64_t m = 1; m <= MASKS; m++) {
+        uint64_t l = 10 * m + 1;
+        const kvr_match_entry *r;
+        size_t n = kvr_index_match(f->idx, f->ctx, &l, 1, &r);
+        uint64_t seen = 0;
+        for (size_t i = 0; i < n; i++) {
+            assert_true(r[i].owner >= o[0] && r[i].owner <= o[OWNERS - 1]);
+            seen |= 1ull << (r[i].owner - o[0]);
+        }
+        assert_int_equal(seen, m & ~1ull);
+    }
+}
+
 static void test_restore_and_handle_reuse(void **state)
 {
     fx *f = *state;
@@ -526,6 +561,7 @@ int main(void)
         T(test_gap_stops_prefix),
         T(test_subtree_reclaim_and_memory_baseline),
         T(test_clear_owner),
+        T(test_clear_owner_among_many_sets),
         T(test_restore_and_handle_reuse),
         T(test_engine_hash_differs_per_owner),
         T(test_repeated_hashes_stay_consistent),
