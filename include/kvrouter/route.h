@@ -76,12 +76,14 @@ typedef struct {
      * The factor is capped at 1 + max_decode_slowdown, so a worker whose
      * /free calls were lost is not shunned for good. */
     double decode_kv_share;      /* default 5e-6 */
-    /* The fleet's cost of the tokens a choice recomputes, on top of this
-     * request's own wait for them: they are prefill that later requests on
-     * that worker queue behind, and a second copy of a prefix another
-     * worker holds, which evicts cache other conversations come back to.
-     * The cost counts uncached tokens (1 + recompute_weight) times. */
-    double recompute_weight;     /* default 2 */
+    /* The fleet's cost of copying a prefix other workers hold: the blocks a
+     * candidate lacks that others' caches hold become one more copy of
+     * them, which evicts cache other conversations come back to. A block
+     * held by k candidates counts 1/k (every worker's copy of a shared
+     * system prompt costs next to nothing; a conversation held by one
+     * worker, all of it), and each copied token costs recompute_weight
+     * prefill tokens of the candidate's time. */
+    double recompute_weight;     /* default 20 */
     /* Candidates whose cost is within this fraction of the lowest (and
      * within 0.1 s of it) and that give up at most this fraction of the
      * request's tokens of cache against the best of them are equally good to
@@ -316,7 +318,10 @@ void kvr_route_decision_free(kvr_route_decision *d);
  * allowed_workers. None left -> KVR_ROUTE_NO_CANDIDATE naming the filter.
  *
  * Cost, cost_model ttft (the default): the predicted time to first token,
- *   cost = (queued + (1 + recompute_weight) x uncached) x decode_factor / prefill_tps,
+ *   cost = (queued + uncached) x decode_factor / prefill_tps
+ *          + recompute_weight x copied x B / prefill_tps,
+ *   copied = sum over the blocks other candidates' tiers reach and this one's
+ *            do not of 1 / (candidates reaching that block),
  *   queued = active_prefill_tokens less what the worker has done of its
  *            oldest pending booking since it started (at that rate; at most
  *            90 % of it: it has not reported yet),

@@ -124,7 +124,54 @@ static void cost_ttft(const cost_params *p, kvr_route_cost *c, const route_load 
     c->decode_factor = decode_factor(p, l);
     double rate = c->prefill_tps / c->decode_factor;
     c->queued_tokens = l ? route_load_pending_tokens(l, rate, now) : 0;
-    c->cost = (c->queued_tokens + (1 + p->recompute_weight) * u) / rate;
+    c->cost = (c->queued_tokens + u) / rate;
+}
+
+/* ttft, once every candidate's cost is set: the cached blocks a candidate
+ * lacks and others hold would become one more copy of that prefix in the
+ * fleet, which evicts cache other conversations come back to. A block held
+ * by k candidates is worth 1/k of a copy (the system prompt every worker
+ * holds costs next to nothing; a conversation held by one worker, all of
+ * it), and each copied token costs recompute_weight prefill tokens of the
+ * candidate's time. Depth = the blocks a candidate's tiers reach. */
+static int by_reach_desc(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x < y) - (x > y);
+}
+
+static void add_duplicate_cost(const cost_params *p, kvr_route_cost *c, size_t n, uint32_t bs)
+{
+    if (!(p->recompute_weight > 0) || n < 2)
+        return;
+    uint32_t *r = malloc(n * sizeof *r);
+    double *below = malloc(n * sizeof *below); /* copies owed at sorted position j */
+    if (!r || !below) {
+        free(r);
+        free(below);
+        return; /* the costs stay plain TTFT */
+    }
+    for (size_t i = 0; i < n; i++)
+        r[i] = c[i].disk_blocks;
+    qsort(r, n, sizeof *r, by_reach_desc);
+    /* Blocks between the j-th and (j+1)-th deepest reaches are held by j
+     * candidates. below[j] = copies a candidate reaching r[j] would make. */
+    below[0] = 0;
+    for (size_t j = 1; j < n; j++)
+        below[j] = below[j - 1] + (double)(r[j - 1] - r[j]) / (double)j;
+    for (size_t i = 0; i < n; i++) {
+        size_t lo = 0, hi = n; /* first sorted position with reach <= c[i]'s */
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (r[mid] > c[i].disk_blocks)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        c[i].cost += p->recompute_weight * below[lo] * bs / c[i].prefill_tps;
+    }
+    free(r);
+    free(below);
 }
 
 /* What the request would hold on a worker scored with profile pr: its
@@ -260,11 +307,15 @@ static size_t pick_argmin(kvr_router *r, kvr_route_cost *c, size_t n, size_t *ti
  * anywhere, at most a shared system prompt) thus spreads over every
  * worker's cache instead of the few that happen to hold the system prompt,
  * and the prefill work per worker stays even; a request whose conversation
- * is cached somewhere is never moved off it by the tolerance. Equal work
- * (e.g. none yet): uniformly at random. */
-static bool near_best(const kvr_route_cost *c, double cost_limit, double credit_floor)
+ * is cached somewhere is never moved off it by the tolerance, and none goes
+ * to a worker whose decodes slow it more than the best one's (the largest
+ * prompts would wait for that: the TTFT tail). Equal work (e.g. none yet):
+ * uniformly at random. */
+static bool near_best(const kvr_route_cost *c, double cost_limit, double credit_floor,
+                      double max_factor)
 {
-    return c->cost <= cost_limit && c->credit >= credit_floor;
+    return c->cost <= cost_limit && c->credit >= credit_floor &&
+           c->decode_factor <= max_factor + 1e-12;
 }
 
 static size_t pick_balanced(kvr_router *r, kvr_route_cost *c, size_t n, double tol, uint64_t isl,
@@ -284,20 +335,20 @@ static size_t pick_balanced(kvr_router *r, kvr_route_cost *c, size_t n, double t
     double floor_ = most - tol * (double)isl;
     size_t near = 0, least = best;
     for (size_t i = 0; i < n; i++)
-        if (near_best(&c[i], limit, floor_)) {
-            if (!near_best(&c[least], limit, floor_) || c[i].recent_work < c[least].recent_work)
+        if (near_best(&c[i], limit, floor_, c[best].decode_factor)) {
+            if (!near_best(&c[least], limit, floor_, c[best].decode_factor) || c[i].recent_work < c[least].recent_work)
                 least = i;
             near++;
         }
     *reason = near > 1 ? KVR_REASON_BALANCED : KVR_REASON_BEST_COST;
     size_t same = 0;
     for (size_t i = 0; i < n; i++)
-        if (near_best(&c[i], limit, floor_) && c[i].recent_work <= c[least].recent_work + 0.5)
+        if (near_best(&c[i], limit, floor_, c[best].decode_factor) && c[i].recent_work <= c[least].recent_work + 0.5)
             same++;
     if (same > 1) {
         size_t k = (size_t)(route_rng_next(r) % same);
         for (size_t i = 0; i < n; i++)
-            if (near_best(&c[i], limit, floor_) &&
+            if (near_best(&c[i], limit, floor_, c[best].decode_factor) &&
                 c[i].recent_work <= c[least].recent_work + 0.5 && k-- == 0)
                 return i;
     }
@@ -447,6 +498,8 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
         uint32_t k = s->entry_profile[i];
         fill_cost(r, idx, &p, &q.entries[i], &s->profiles[k], unique[k], isl, bs, now, &c[i]);
     }
+    if (p.model == KVR_COST_TTFT)
+        add_duplicate_cost(&p, c, n, bs);
     size_t pick, ties = 1;
     kvr_route_reason reason;
     if (p.temperature > 0 && n > 1) {

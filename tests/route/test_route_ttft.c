@@ -111,8 +111,9 @@ static void test_defaults_and_names(void **state)
 }
 
 /* Worker 1 caches 200 of the 256 blocks, worker 2 nothing. Idle, at the
- * default 10000 tokens/s, uncached tokens counted 1 + recompute_weight (2)
- * times: worker 1 costs 3 x (1024 - 800) / 1e4 s, worker 2 3 x 1024 / 1e4 s. */
+ * default 10000 tokens/s: worker 1 costs its 224 uncached tokens, worker 2
+ * its 1024 plus 800 tokens it would copy from worker 1 (held by 1
+ * candidate) at recompute_weight 20 each. */
 static void test_cost_is_predicted_ttft(void **state)
 {
     (void)state;
@@ -121,8 +122,8 @@ static void test_cost_is_predicted_ttft(void **state)
     worker_with(f, 2, 0);
     kvr_route_decision d = route_n(f, "a", N, 0);
     assert_true(d.worker_id == 1);
-    assert_true(near(cost_of(&d, 1)->cost, 3 * 224 / 1e4));
-    assert_true(near(cost_of(&d, 2)->cost, 3 * 1024 / 1e4));
+    assert_true(near(cost_of(&d, 1)->cost, 224 / 1e4));
+    assert_true(near(cost_of(&d, 2)->cost, (1024 + 20 * 800) / 1e4));
     assert_true(near(cost_of(&d, 1)->credit, 800));
     assert_true(near(cost_of(&d, 1)->decode_factor, 1.0));
     assert_int_equal(d.booked_prefill_tokens, 224);
@@ -149,7 +150,7 @@ static void test_queue_drains_with_time(void **state)
     assert_true(near(c->decode_factor, 1.0));
     double rate = 1e4;
     assert_true(near(c->queued_tokens, 224 - 0.01 * rate));
-    assert_true(near(c->cost, (224 - 0.01 * rate + 3 * 224) / rate));
+    assert_true(near(c->cost, (224 - 0.01 * rate + 224) / rate));
     kvr_route_decision_free(&d);
     f->now += 10;
     d = route_n(f, NULL, N, 0);
@@ -159,7 +160,7 @@ static void test_queue_drains_with_time(void **state)
     assert_int_equal(kvr_router_prefill_done(f->r, "a"), KVR_ROUTE_OK);
     d = route_n(f, NULL, N, 0);
     assert_true(near(cost_of(&d, 1)->queued_tokens, 0));
-    assert_true(near(cost_of(&d, 1)->cost, 3 * 224 * factor / 1e4));
+    assert_true(near(cost_of(&d, 1)->cost, 224 * factor / 1e4));
     kvr_route_decision_free(&d);
     assert_int_equal(kvr_router_release(f->r, "a"), KVR_ROUTE_OK);
     done(f);
@@ -219,8 +220,9 @@ static void with_weight(kvr_router_config *c)
 }
 
 /* Worker 1 caches 800 of 1024 tokens behind a queue, worker 2 is idle and
- * caches nothing. Waiting for the cache wins while queue + (1 + w) x 224 <
- * (1 + w) x 1024: below 800 queued tokens with w = 0, below 2400 with w = 2. */
+ * caches nothing. Waiting for the cache wins while queue + 224 < 1024 + w x
+ * 800 (the copy worker 2 would make): below 800 queued tokens with w = 0,
+ * below 2400 with w = 2. */
 static void test_recompute_weight_keeps_cache(void **state)
 {
     (void)state;
@@ -249,18 +251,44 @@ static void test_recompute_weight_keeps_cache(void **state)
     }
 }
 
-/* Three idle workers; worker 1 caches 2 of 256 blocks, so it is 0.8 %
- * cheaper: within tie_tolerance (5 %) all three are as good, and the one
+/* Three idle workers (no copy cost here); worker 1 caches 2 of 256 blocks,
+ * so it is 0.8 % cheaper: within tie_tolerance (5 %) all three are as good, and the one
  * with the least recent work takes each request (reason "balanced"), so
  * three requests land on three workers; with tolerance 0 worker 1 takes
  * them all while its cost stays lowest (each is released at once). */
-static void no_tolerance(kvr_router_config *c) { c->tie_tolerance = 0; }
+static void no_copy_cost(kvr_router_config *c) { c->recompute_weight = 0; }
+
+static void no_tolerance(kvr_router_config *c)
+{
+    c->tie_tolerance = 0;
+    c->recompute_weight = 0;
+}
+
+/* A block held by k candidates is 1/k of a copy: worker 1 holds 200 blocks,
+ * worker 2 the first 100 of them, worker 3 nothing. Worker 3 copies 100
+ * blocks held by 2 (50) and 100 held by 1 (100): 150 blocks = 600 tokens;
+ * worker 2 copies 100 held by 1: 400 tokens; worker 1 none. */
+static void test_copies_count_one_over_holders(void **state)
+{
+    (void)state;
+    weight = 1;
+    fx *f = make_with(with_weight);
+    worker_with(f, 1, 200);
+    worker_with(f, 2, 100);
+    worker_with(f, 3, 0);
+    kvr_route_decision d = route_n(f, NULL, N, 0);
+    assert_true(near(cost_of(&d, 1)->cost, 224 / 1e4));
+    assert_true(near(cost_of(&d, 2)->cost, (624 + 400) / 1e4));
+    assert_true(near(cost_of(&d, 3)->cost, (1024 + 600) / 1e4));
+    kvr_route_decision_free(&d);
+    done(f);
+}
 
 static void test_near_ties_go_to_least_recent_work(void **state)
 {
     (void)state;
     for (int tol = 1; tol >= 0; tol--) {
-        fx *f = make_with(tol ? NULL : no_tolerance);
+        fx *f = make_with(tol ? no_copy_cost : no_tolerance);
         worker_with(f, 1, 2);
         worker_with(f, 2, 0);
         worker_with(f, 3, 0);
@@ -471,6 +499,7 @@ int main(void)
         cmocka_unit_test(test_cost_is_predicted_ttft),
         cmocka_unit_test(test_queue_drains_with_time),
         cmocka_unit_test(test_recompute_weight_keeps_cache),
+        cmocka_unit_test(test_copies_count_one_over_holders),
         cmocka_unit_test(test_near_ties_go_to_least_recent_work),
         cmocka_unit_test(test_rate_learned_from_prefill_done),
         cmocka_unit_test(test_no_learning_keeps_configured_rate),
