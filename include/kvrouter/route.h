@@ -74,7 +74,9 @@ typedef struct {
      * = decode tokens/s per request x KV bytes per token / HBM bytes/s:
      * 50 x 320 kB / 3.35 TB/s = 4.8e-6 for a 70B GQA model on an H100.
      * The factor is capped at 1 + max_decode_slowdown, so a worker whose
-     * /free calls were lost is not shunned for good. */
+     * /free calls were lost is not shunned for good. With learn_prefill_rate
+     * the share is fitted per (model, group) from the prefill-rate samples
+     * once there are enough of them; this is the value until then. */
     double decode_kv_share;      /* default 5e-6 */
     /* The fleet's cost of copying a prefix other workers hold: the blocks a
      * candidate lacks that others' caches hold become one more copy of

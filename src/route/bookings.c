@@ -25,6 +25,7 @@ void route_bookings_init(route_bookings *b, double ttl_s)
     kvr_u64map_init(&b->loads);
     kvr_u64map_init(&b->ids);
     kvr_u64map_init(&b->rates);
+    kvr_u64map_init(&b->fits);
     b->ttl_s = ttl_s;
 }
 
@@ -446,6 +447,8 @@ kvr_route_status route_booking_prefill_done(route_bookings *b, uint64_t owner, c
             const route_load *l = bk->load;
             route_rate_sample(b, l->index, l->worker_id, l->dp_rank,
                               (double)bk->prefill_tokens * bk->decode_factor, t, now);
+            route_fit_sample(b, l->index, (double)bk->prefill_tokens, t,
+                             (double)bk->decoding_at_route);
         }
         bk->prefill_done_at = now;
         age_out_after_decode(b, bk, now);

@@ -95,6 +95,7 @@ typedef struct route_booking {
     uint32_t osl;         /* expected output tokens (0 unknown) */
     double prefill_done_at;
     uint64_t context;     /* isl + osl / 2: the mean context its decode reads */
+    uint64_t decoding_at_route; /* the worker's decode context when it was routed */
     double routed_at;
     double decode_factor; /* prefill slowdown predicted at /route */
 } route_booking;
@@ -112,6 +113,7 @@ typedef struct {
     uint64_t aged_out; /* expired at their predicted decode end */
     double decode_expiry_factor;
     kvr_u64map rates;  /* route_wr_key -> route_rate* (chained) */
+    kvr_u64map fits;   /* index -> route_decode_fit* (one per (model, group)) */
     uint64_t n_rates, rate_samples;
 } route_bookings;
 
@@ -151,7 +153,28 @@ kvr_route_status route_booking_release(route_bookings *b, uint64_t owner, const 
 bool route_booking_peer_owner(route_bookings *b, const char *id, uint64_t *owner);
 size_t route_bookings_expire(route_bookings *b, double now);
 
+/* How much decoding slows prefill, fitted per (model, group) from the rate
+ * samples: seconds per prefilled token y = (1 + k x) / R against the
+ * decode context x the worker had, by weighted least squares with decaying
+ * sums; k = slope / intercept (rates.c). */
+typedef struct {
+    double w, x, y, xx, xy; /* decayed weighted sums (weight: tokens) */
+    uint32_t n;
+} route_decode_fit;
+
+/* Samples, and the spread of decode context among them (tokens), before
+ * the fitted slowdown replaces decode_kv_share. */
+#define KVR_ROUTE_FIT_MIN_SAMPLES 32u
+#define KVR_ROUTE_FIT_MIN_SPREAD 20000.0
+#define KVR_ROUTE_FIT_DECAY 0.995
+#define KVR_ROUTE_FIT_MAX_SHARE 1e-4
+
 /* rates.c; caller holds kvr_router.mu. */
+void route_fit_sample(route_bookings *b, uintptr_t index, double tokens, double seconds,
+                      double decode_context);
+/* The fitted decode share of index, or fallback while the fit is not
+ * trustworthy (too few samples or too little spread). */
+double route_fit_share(route_bookings *b, uintptr_t index, double fallback);
 route_rate *route_rate_find(route_bookings *b, uintptr_t index, uint64_t worker_id,
                             uint32_t dp_rank);
 /* Adds a sample of `tokens` prefilled in `seconds`. */

@@ -3,7 +3,8 @@
  * that found its worker with no prefill queued: the time to its first token
  * is then its own prefill, slowed by the decodes the worker was running.
  * Decode speed likewise, from /prefill_done to /free per output token: it
- * predicts when a booking whose /free was lost is finished.
+ * predicts when a booking whose /free was lost is finished. The same
+ * samples fit, per (model, group), how much decoding slows prefill.
  * Bounded at KVR_ROUTE_MAX_RATES entries (worker churn brings new ids);
  * caller holds kvr_router.mu throughout. */
 #include <math.h>
@@ -142,6 +143,48 @@ double route_rate_measured(const route_rate *rt)
     return rt->tokens / rt->seconds;
 }
 
+void route_fit_sample(route_bookings *b, uintptr_t index, double tokens, double seconds,
+                      double decode_context)
+{
+    uint64_t v = 0;
+    route_decode_fit *f = NULL;
+    if (kvr_u64map_get(&b->fits, (uint64_t)index, &v))
+        f = (route_decode_fit *)(uintptr_t)v;
+    else if ((f = calloc(1, sizeof *f)) &&
+             kvr_u64map_put(&b->fits, (uint64_t)index, (uint64_t)(uintptr_t)f) < 0) {
+        free(f);
+        f = NULL;
+    }
+    if (!f || !(tokens > 0))
+        return;
+    double y = seconds / tokens, x = decode_context, d = KVR_ROUTE_FIT_DECAY;
+    f->w = f->w * d + tokens;
+    f->x = f->x * d + tokens * x;
+    f->y = f->y * d + tokens * y;
+    f->xx = f->xx * d + tokens * x * x;
+    f->xy = f->xy * d + tokens * x * y;
+    f->n++;
+}
+
+double route_fit_share(route_bookings *b, uintptr_t index, double fallback)
+{
+    uint64_t v = 0;
+    if (!kvr_u64map_get(&b->fits, (uint64_t)index, &v))
+        return fallback;
+    const route_decode_fit *f = (const route_decode_fit *)(uintptr_t)v;
+    if (f->n < KVR_ROUTE_FIT_MIN_SAMPLES || !(f->w > 0))
+        return fallback;
+    double mx = f->x / f->w, my = f->y / f->w;
+    double vx = f->xx / f->w - mx * mx, cxy = f->xy / f->w - mx * my;
+    if (!(vx > KVR_ROUTE_FIT_MIN_SPREAD * KVR_ROUTE_FIT_MIN_SPREAD))
+        return fallback;
+    double slope = cxy / vx, intercept = my - slope * mx;
+    if (!(intercept > 0))
+        return fallback;
+    double k = slope / intercept;
+    return k < 0 ? 0 : k > KVR_ROUTE_FIT_MAX_SHARE ? KVR_ROUTE_FIT_MAX_SHARE : k;
+}
+
 void route_rates_free(route_bookings *b)
 {
     size_t it = 0;
@@ -156,4 +199,8 @@ void route_rates_free(route_bookings *b)
     }
     kvr_u64map_free(&b->rates);
     b->n_rates = 0;
+    it = 0;
+    while (kvr_u64map_next(&b->fits, &it, &k, &v))
+        free((void *)(uintptr_t)v);
+    kvr_u64map_free(&b->fits);
 }

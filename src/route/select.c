@@ -433,6 +433,7 @@ static kvr_route_status book(kvr_router *r, kvr_index *idx, const cost_params *p
     bk->sample_rate = r->cfg.learn_prefill_rate && c->active_prefill_tokens == 0 &&
                       prefill >= KVR_ROUTE_RATE_MIN_TOKENS;
     bk->decode_factor = decode_factor(p, l);
+    bk->decoding_at_route = l->decode_context;
     bk->context = isl + req->osl / 2;
     bk->osl = req->osl;
     /* The worker will hold what it is sent: its approximate cache. */
@@ -492,8 +493,11 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
     pthread_mutex_lock(&r->mu);
     double now = route_now(r);
     route_bookings_expire(&r->bk, now);
-    if (p.model == KVR_COST_TTFT)
+    if (p.model == KVR_COST_TTFT) {
         fill_rates(r, idx, &q, c, n, now);
+        if (r->cfg.learn_prefill_rate)
+            p.decode_share = route_fit_share(&r->bk, (uintptr_t)idx, p.decode_share);
+    }
     for (size_t i = 0; i < n; i++) {
         uint32_t k = s->entry_profile[i];
         fill_cost(r, idx, &p, &q.entries[i], &s->profiles[k], unique[k], isl, bs, now, &c[i]);

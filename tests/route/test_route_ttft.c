@@ -313,6 +313,55 @@ static void test_near_ties_go_to_least_recent_work(void **state)
     }
 }
 
+/* The decode slowdown is fitted from the rate samples: 40 requests of 1024
+ * tokens, each alone on worker 1 while 0, 16, 32, 48 or 64 decodes of 1024
+ * context tokens run there, take 1024 x (1 + 2e-5 x context) / 1e4 s. The
+ * fit recovers 2e-5 (the configured share is 5e-6). */
+static void test_decode_slowdown_fitted(void **state)
+{
+    (void)state;
+    fx *f = make_with(NULL);
+    worker_with(f, 1, 0);
+    char id[32];
+    for (int i = 0; i < 40; i++) {
+        int m = (i % 5) * 16;
+        for (int j = 0; j < m; j++) {
+            snprintf(id, sizeof id, "d%d_%d", i, j);
+            f->tokens[0] = 20000 + (uint32_t)j;
+            kvr_route_decision d = route_n(f, id, N, 1);
+            kvr_route_decision_free(&d);
+            /* no time passes: not a sample */
+            assert_int_equal(kvr_router_prefill_done(f->r, id), KVR_ROUTE_OK);
+        }
+        f->tokens[0] = 700;
+        snprintf(id, sizeof id, "s%d", i);
+        kvr_route_decision d = route_n(f, id, N, 1);
+        kvr_route_decision_free(&d);
+        double context = (double)m * N;
+        f->now += N * (1 + 2e-5 * context) / 1e4;
+        assert_int_equal(kvr_router_prefill_done(f->r, id), KVR_ROUTE_OK);
+        assert_int_equal(kvr_router_release(f->r, id), KVR_ROUTE_OK);
+        for (int j = 0; j < m; j++) {
+            snprintf(id, sizeof id, "d%d_%d", i, j);
+            assert_int_equal(kvr_router_release(f->r, id), KVR_ROUTE_OK);
+        }
+    }
+    for (int j = 0; j < 24; j++) { /* 24 decodes: 24576 context tokens */
+        snprintf(id, sizeof id, "e%d", j);
+        f->tokens[0] = 30000 + (uint32_t)j;
+        kvr_route_decision d = route_n(f, id, N, 1);
+        kvr_route_decision_free(&d);
+        assert_int_equal(kvr_router_prefill_done(f->r, id), KVR_ROUTE_OK);
+    }
+    f->tokens[0] = 700;
+    kvr_route_decision d = route_n(f, NULL, N, 1);
+    double got = cost_of(&d, 1)->decode_factor;
+    if (fabs(got - (1 + 2e-5 * 24576)) > 0.01)
+        fail_msg("decode factor %f, want %f", got, 1 + 2e-5 * 24576);
+    kvr_route_decision_free(&d);
+    done(f);
+}
+
 static void no_learning(kvr_router_config *c) { c->learn_prefill_rate = false; }
 
 static void test_no_learning_keeps_configured_rate(void **state)
@@ -503,6 +552,7 @@ int main(void)
         cmocka_unit_test(test_near_ties_go_to_least_recent_work),
         cmocka_unit_test(test_rate_learned_from_prefill_done),
         cmocka_unit_test(test_no_learning_keeps_configured_rate),
+        cmocka_unit_test(test_decode_slowdown_fitted),
         cmocka_unit_test(test_decode_factor_bounded),
         cmocka_unit_test(test_booking_ages_out_after_predicted_decode),
         cmocka_unit_test(test_max_bookings),
