@@ -97,6 +97,9 @@ int kvr_opt_env(const kvr_option *rows, size_t n, void *target, char *err, size_
  * content, NULL == NULL). CUSTOM rows have no field: always true, their
  * owner compares them. */
 bool kvr_opt_same(const kvr_option *o, const void *a, const void *b);
+/* Copies the row's field from src to dst (a STRING's pointer, borrowed as
+ * in src). CUSTOM rows: nothing. */
+void kvr_opt_copy(const kvr_option *o, void *dst, const void *src);
 
 /* Command line: if argv[*i] is a flag of one of the tables, applies it
  * (with its value argv[*i + 1] unless NO_VALUE; "--name=value" works too),

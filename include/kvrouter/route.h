@@ -143,6 +143,15 @@ struct kvr_option;
 const struct kvr_option *kvr_router_options(size_t *n);
 
 kvr_router *kvr_router_create(kvr_indexer *ix, const kvr_router_config *cfg);
+/* Applies cfg to a running router (SIGHUP reload), thread-safe: the
+ * settings whose option rows carry KVR_OPT_RELOAD (all but booking_ttl_s,
+ * rng_seed and clock_from_requests, and the clock callback, which stay as
+ * created). Bookings already made keep what they were booked with; the
+ * next /route uses the new settings. Returns how many settings changed,
+ * -1 without a router or cfg. */
+int kvr_router_set_config(kvr_router *r, const kvr_router_config *cfg);
+/* The settings the router runs with now. */
+void kvr_router_config_get(kvr_router *r, kvr_router_config *out);
 /* clock_from_requests: moves the clock to t seconds (never backwards).
  * Without it, does nothing. */
 void kvr_router_observe_time(kvr_router *r, double t);

@@ -81,7 +81,9 @@ void kvr_server_stop(kvr_server *srv);
 
 /* Applies the reloadable part of cfg to a running server (SIGHUP): the
  * worker limit (registry.max_workers; workers above a lowered limit stay),
- * the access log reopened at its path, then every reload hook in the order
+ * the router's settings (kvr_router_set_config: all but booking_ttl_s,
+ * rng_seed, clock_from_requests), the access log reopened at its path, the
+ * config file's engines, then every reload hook in the order
  * added. Workers are the registry's (kvr_registry_sync with the config
  * file's origin); the listen address, threads, body limit and the rest need
  * a restart. 0, or -1 with err naming what failed (what came before it

@@ -4,7 +4,7 @@
  * workers become exactly the file's (kvr_registry_sync: registrations of
  * other origins stay; an unchanged worker keeps its listener and state,
  * SPEC §5 rule 9), the server's reloadable settings (kvr_server_reload:
- * worker limit, access log, hooks), log level and format. Every other
+ * worker limit, access log, router settings, hooks), log level and format. Every other
  * changed setting is named in the log as needing a restart. */
 #include <stdlib.h>
 #include <string.h>
@@ -28,10 +28,10 @@ static void note_restart_settings(const serve_settings *cur, const serve_setting
         kvr_log(KVR_LOG_WARN, "reload: the listen address changed; it applies at the next start");
     const kvr_option *r = kvr_router_options(&n);
     for (size_t i = 0; i < n; i++)
-        if (!kvr_opt_same(&r[i], &cur->server.router, &next->server.router))
+        if (!(r[i].flags & KVR_OPT_RELOAD) &&
+            !kvr_opt_same(&r[i], &cur->server.router, &next->server.router))
             kvr_log(KVR_LOG_WARN,
-                    "reload: router setting '%s' changed; the running router keeps its settings "
-                    "until the next start",
+                    "reload: router setting '%s' changed; it applies at the next start",
                     r[i].name);
 }
 

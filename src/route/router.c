@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kvrouter/options.h"
 #include "route/internal.h"
 #include "util/grow.h"
 #include "util/rng.h"
@@ -40,6 +41,43 @@ kvr_router *kvr_router_create(kvr_indexer *ix, const kvr_router_config *cfg)
         r->rng = kvr_mix64((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) | 1;
     }
     return r;
+}
+
+/* Every cfg read after creation is under mu (select.c, bookings.c), the
+ * rank list's refresh under ranks_mu and the approximate index's limits
+ * under its own mutex, so the swap takes all three (in the router's order:
+ * mu first) and a request sees either the old settings or the new ones.
+ * A changed approx_ttl_s applies to blocks routed from now on (a block
+ * keeps the expiry it was given). */
+int kvr_router_set_config(kvr_router *r, const kvr_router_config *cfg)
+{
+    if (!r || !cfg)
+        return -1;
+    size_t n, applied = 0;
+    const kvr_option *rows = kvr_router_options(&n);
+    pthread_mutex_lock(&r->mu);
+    pthread_mutex_lock(&r->ranks_mu);
+    pthread_mutex_lock(&r->approx.mu);
+    for (size_t i = 0; i < n; i++)
+        if ((rows[i].flags & KVR_OPT_RELOAD) && !kvr_opt_same(&rows[i], &r->cfg, cfg)) {
+            kvr_opt_copy(&rows[i], &r->cfg, cfg);
+            applied++;
+        }
+    r->bk.decode_expiry_factor = r->cfg.decode_expiry_factor;
+    if (r->cfg.approx_ttl_s > 0)
+        r->approx.ttl_s = r->cfg.approx_ttl_s;
+    r->approx.max_blocks = r->cfg.approx_max_blocks ? r->cfg.approx_max_blocks : 1;
+    pthread_mutex_unlock(&r->approx.mu);
+    pthread_mutex_unlock(&r->ranks_mu);
+    pthread_mutex_unlock(&r->mu);
+    return (int)applied;
+}
+
+void kvr_router_config_get(kvr_router *r, kvr_router_config *out)
+{
+    pthread_mutex_lock(&r->mu);
+    *out = r->cfg;
+    pthread_mutex_unlock(&r->mu);
 }
 
 static void scratch_destroy(route_scratch *s)

@@ -9,7 +9,14 @@
 #include "kvrouter/options.h"
 #include "kvrouter/route.h"
 
+/* A row a running router takes on SIGHUP (kvr_router_set_config) ... */
 #define ROW(field, ty, lo, hi, dflt, text)                                                 \
+    {.name = #field, .type = ty, .offset = offsetof(kvr_router_config, field), .min = lo,   \
+     .max = hi, .def = dflt, .help = text, .flags = KVR_OPT_RELOAD}
+/* ... and one only read when the router is created: booking order is
+ * expiry order under one TTL, the tie-break stream is seeded once, and a
+ * clock cannot change its source under running bookings. */
+#define START_ROW(field, ty, lo, hi, dflt, text)                                           \
     {.name = #field, .type = ty, .offset = offsetof(kvr_router_config, field), .min = lo,   \
      .max = hi, .def = dflt, .help = text}
 
@@ -24,7 +31,7 @@ const char *kvr_cost_model_name(kvr_cost_model m)
 static const kvr_option router_rows[] = {
     {.name = "cost_model", .type = KVR_OPT_CHOICE, .offset = offsetof(kvr_router_config, cost_model),
      .def = "ttft", .help = "ttft: predicted time to first token (default); dynamo: SPEC §8's formula",
-     .metavar = "MODEL", .choices = cost_models},
+     .metavar = "MODEL", .choices = cost_models, .flags = KVR_OPT_RELOAD},
     ROW(overlap_score_credit, KVR_OPT_DOUBLE, 0, HUGE_VAL, "1.0",
         "dynamo: cost credit per block of GPU overlap (SPEC §8)"),
     ROW(prefill_load_scale, KVR_OPT_DOUBLE, 0, HUGE_VAL, "1.0",
@@ -35,9 +42,9 @@ static const kvr_option router_rows[] = {
         "share of a prefill token a block cached on disk saves (dynamo: its credit)"),
     ROW(temperature, KVR_OPT_DOUBLE, 0, HUGE_VAL, "0",
         "0: argmin with random tie-break; > 0: softmax sampling over normalized costs"),
-    ROW(booking_ttl_s, KVR_OPT_DOUBLE, 0.001, HUGE_VAL, "600",
+    START_ROW(booking_ttl_s, KVR_OPT_DOUBLE, 0.001, HUGE_VAL, "600",
         "a booking without /free expires after this many seconds"),
-    ROW(rng_seed, KVR_OPT_U64, 0, 18446744073709551615.0, "0",
+    START_ROW(rng_seed, KVR_OPT_U64, 0, 18446744073709551615.0, "0",
         "seed of tie-breaks and sampling (0: from the clock)"),
     ROW(rank_refresh_s, KVR_OPT_DOUBLE, 0, HUGE_VAL, "1.0",
         "how long a (model, group)'s rank list is cached (0: every request)"),
@@ -66,7 +73,7 @@ static const kvr_option router_rows[] = {
         "workers without KV events: a routed block is forgotten after this many seconds"),
     ROW(approx_max_blocks, KVR_OPT_U64, 1, 18446744073709551615.0, "32768",
         "workers without KV events: routed blocks kept per (worker, rank), oldest go first"),
-    ROW(clock_from_requests, KVR_OPT_BOOL, 0, 1, "false",
+    START_ROW(clock_from_requests, KVR_OPT_BOOL, 0, 1, "false",
         "simulators only: the clock is the time_s the requests carry"),
 };
 

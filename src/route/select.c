@@ -486,11 +486,11 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
     size_t n = q.n_entries;
     uint32_t bs = q.block_size;
     uint64_t isl = req->q.n_tokens;
-    cost_params p = params_of(r, req);
     for (size_t k = 0; k < s->n_profiles; k++)
         unique[k] = unique_blocks_of(&s->profiles[k], isl, req->osl, bs);
 
     pthread_mutex_lock(&r->mu);
+    cost_params p = params_of(r, req); /* r->cfg changes under mu (kvr_router_set_config) */
     double now = route_now(r);
     route_bookings_expire(&r->bk, now);
     if (p.model == KVR_COST_TTFT) {

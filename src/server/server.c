@@ -179,6 +179,9 @@ int kvr_server_reload(kvr_server *srv, const kvr_server_config *cfg, char *err, 
     if (err_len)
         err[0] = 0;
     kvr_registry_set_max_workers(srv->registry, cfg->registry.max_workers);
+    int changed = kvr_router_set_config(srv->router, &cfg->router);
+    if (changed > 0)
+        kvr_log(KVR_LOG_INFO, "reload: %d router settings applied", changed);
     if (kvr_server_reopen_logs(srv, err, err_len) != 0)
         return -1;
     /* The config file's engines become exactly the file's; engines of the

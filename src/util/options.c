@@ -324,6 +324,27 @@ bool kvr_opt_same(const kvr_option *o, const void *a, const void *b)
     return true;
 }
 
+static size_t field_size(kvr_opt_type t)
+{
+    switch (t) {
+    case KVR_OPT_BOOL: return sizeof(bool);
+    case KVR_OPT_INT:
+    case KVR_OPT_CHOICE: return sizeof(int);
+    case KVR_OPT_U32: return sizeof(uint32_t);
+    case KVR_OPT_U64: return sizeof(uint64_t);
+    case KVR_OPT_SIZE: return sizeof(size_t);
+    case KVR_OPT_DOUBLE: return sizeof(double);
+    case KVR_OPT_STRING: return sizeof(const char *);
+    case KVR_OPT_CUSTOM: return 0;
+    }
+    return 0;
+}
+
+void kvr_opt_copy(const kvr_option *o, void *dst, const void *src)
+{
+    memcpy((char *)dst + o->offset, (const char *)src + o->offset, field_size(o->type));
+}
+
 static const kvr_option *find_in(const kvr_opt_table *tables, size_t n_tables, const char *name,
                                  const kvr_opt_table **which)
 {

@@ -3,7 +3,8 @@
  * listener and indexed blocks, a changed mm_identity resets it, SPEC §5
  * rule 9), workers registered over HTTP stay, settings that need a restart
  * are named, and a bad file changes nothing and says why, in JSON log lines
- * (--log-format json). */
+ * (--log-format json). The config file's router settings apply to the
+ * running router (kvr_router_set_config). */
 #include "test_support.h"
 
 #include "../server/net_helpers.h"
@@ -229,12 +230,86 @@ static void test_sighup_reopens_the_access_log_and_applies_max_workers(void **st
     unlink(path);
 }
 
+/* /route of a 9-token request with request_id id: the HTTP status, and
+ * *cost the chosen worker's cost. */
+static long route_once(const char *base, const char *id, double *cost)
+{
+    char body[256];
+    snprintf(body, sizeof body,
+             "{\"model_name\": \"m\", \"request_id\": \"%s\", \"debug\": true, "
+             "\"token_ids\": [1,2,3,4,5,6,7,8,9]}",
+             id);
+    long st = 0;
+    json_t *r = th_json("POST", base, "/route", body, &st);
+    *cost = json_number_value(json_object_get(r, "cost"));
+    json_decref(r);
+    return st;
+}
+
+static void router_config(const char *path, const char *router)
+{
+    char cfg[512];
+    snprintf(cfg, sizeof cfg,
+             "{\"listen\": \"127.0.0.1:0\", \"model_name\": \"m\", \"block_size\": %d, "
+             "\"router\": {%s}, \"workers\": [{\"instance_id\": 1, "
+             "\"endpoint\": \"tcp://127.0.0.1:6996\"}]}",
+             BS, router);
+    kvr_test_replace_file(path, cfg);
+}
+
+/* Before the router took its settings on reload, a changed max_bookings
+ * or cost_model was logged as needing a restart and /route kept the old. */
+static void test_sighup_applies_router_settings(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/kvr_reload_routerXXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    router_config(path, "\"max_bookings\": 1, \"cost_model\": \"ttft\"");
+    char *argv[] = {(char *)kvr_test_binary(), "serve", "--config", path, NULL};
+    char base[64];
+    kvr_child *c = kvr_child_serve(argv, base, sizeof base);
+    assert_true(wait_ids(base, "1"));
+
+    /* ttft: a cost in seconds (9 tokens at 10,000 tokens/s); one booking
+     * at most. */
+    double cost = -1;
+    assert_int_equal(route_once(base, "a", &cost), 200);
+    assert_true(cost > 0 && cost < 0.01);
+    assert_int_equal(route_once(base, "b", &cost), 429);
+
+    /* dynamo: a cost in blocks (3 new blocks, at least); two bookings. */
+    router_config(path, "\"max_bookings\": 2, \"cost_model\": \"dynamo\", "
+                        "\"rng_seed\": 5");
+    size_t mark = c->err_len;
+    kill(c->pid, SIGHUP);
+    assert_true(kvr_child_wait_stderr(c, mark, "2 router settings applied", WAIT));
+    /* The one setting read only at start is named. */
+    assert_true(kvr_child_wait_stderr(c, mark, "router setting 'rng_seed' changed", WAIT));
+    assert_null(strstr(c->err + mark, "'max_bookings' changed"));
+    assert_int_equal(route_once(base, "b", &cost), 200);
+    assert_true(cost >= 3);
+    assert_int_equal(route_once(base, "c", &cost), 429);
+
+    /* A bad router value changes nothing. */
+    router_config(path, "\"max_bookings\": -1");
+    mark = c->err_len;
+    kill(c->pid, SIGHUP);
+    assert_true(kvr_child_wait_stderr(c, mark, "reload failed", WAIT));
+    assert_int_equal(route_once(base, "c", &cost), 429);
+    assert_int_equal(kvr_child_stop(c, SIGTERM), 0);
+    free(c);
+    unlink(path);
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sighup_reloads_workers_and_keeps_a_bad_file_out),
         cmocka_unit_test(test_sighup_reopens_the_access_log_and_applies_max_workers),
+        cmocka_unit_test(test_sighup_applies_router_settings),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();

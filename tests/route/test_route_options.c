@@ -1,7 +1,10 @@
 /* Opt-in cost options that depart from SPEC §8's letter (route.h):
  * unclamped_prefill and media_cut_weight. Their defaults keep the SPEC
- * cost exactly; each test shows the default tie and the opt-in choice. */
+ * cost exactly; each test shows the default tie and the opt-in choice.
+ * And settings swapped into a running router (kvr_router_set_config). */
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 
 #include "route_test_util.h"
 
@@ -137,6 +140,113 @@ static void test_media_cut_weight_prefers_visible_worker(void **state)
     }
 }
 
+/* A booked /route of tokens with request_id id. */
+static kvr_route_status route_id(kvr_router *r, const char *id, kvr_route_decision *d)
+{
+    kvr_route_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.q = rt_request(tokens, N, NULL, 0);
+    rq.request_id = id;
+    rq.debug = true;
+    return kvr_route(r, &rq, d);
+}
+
+/* max_bookings and cost_model change under a running router; booking_ttl_s
+ * and rng_seed, read only at creation, stay. */
+static void test_set_config_applies_reloadable_settings(void **state)
+{
+    (void)state;
+    kvr_indexer *ix = kvr_indexer_create();
+    kvr_router_config cfg;
+    kvr_router_config_default(&cfg);
+    cfg.max_bookings = 1;
+    cfg.rng_seed = 7;
+    kvr_router *r = kvr_router_create(ix, &cfg);
+    rt_register(ix, 1, BS, KVR_MM_LEGACY, -1, false, NULL);
+    kvr_route_decision d;
+    assert_int_equal(route_id(r, "a", &d), KVR_ROUTE_OK);
+    assert_true(d.cost > 0 && d.cost < 0.01); /* ttft: 16 tokens at 10,000/s */
+    kvr_route_decision_free(&d);
+    assert_int_equal(route_id(r, "b", &d), KVR_ROUTE_LIMIT);
+    kvr_route_decision_free(&d);
+
+    kvr_router_config next = cfg;
+    next.max_bookings = 2;
+    next.cost_model = KVR_COST_DYNAMO;
+    next.booking_ttl_s = 1;
+    next.rng_seed = 8;
+    assert_int_equal(kvr_router_set_config(r, &next), 2);
+    assert_int_equal(kvr_router_set_config(r, &next), 0); /* nothing left to change */
+    kvr_router_config now;
+    kvr_router_config_get(r, &now);
+    assert_int_equal(now.max_bookings, 2);
+    assert_int_equal(now.cost_model, KVR_COST_DYNAMO);
+    assert_true(now.booking_ttl_s == cfg.booking_ttl_s);
+    assert_int_equal(now.rng_seed, 7);
+    assert_int_equal(route_id(r, "b", &d), KVR_ROUTE_OK);
+    assert_true(d.cost >= 4); /* dynamo: 4 new blocks at least */
+    kvr_route_decision_free(&d);
+    assert_int_equal(route_id(r, "c", &d), KVR_ROUTE_LIMIT);
+    kvr_route_decision_free(&d);
+    kvr_router_stats st;
+    kvr_router_stats_get(r, &st);
+    assert_int_equal(st.max_bookings, 2);
+    assert_int_equal(kvr_router_set_config(NULL, &next), -1);
+    assert_int_equal(kvr_router_set_config(r, NULL), -1);
+    kvr_router_destroy(r);
+    kvr_indexer_destroy(ix);
+}
+
+typedef struct {
+    kvr_router *r;
+    int n_ok;
+} swap_arg;
+
+static void *route_and_free_loop(void *p)
+{
+    swap_arg *a = p;
+    for (int i = 0; i < 400; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "t%d", i);
+        kvr_route_decision d;
+        if (route_id(a->r, id, &d) == KVR_ROUTE_OK) {
+            a->n_ok++;
+            kvr_router_release(a->r, id);
+        }
+        kvr_route_decision_free(&d);
+    }
+    return NULL;
+}
+
+/* Requests while the settings are swapped back and forth: every /route is
+ * answered with one set or the other (the TSan build checks the locking). */
+static void test_set_config_while_routing(void **state)
+{
+    (void)state;
+    kvr_indexer *ix = kvr_indexer_create();
+    kvr_router_config a, b;
+    kvr_router_config_default(&a);
+    a.rng_seed = 3;
+    b = a;
+    b.cost_model = KVR_COST_DYNAMO;
+    b.tie_tolerance = 0;
+    b.rank_refresh_s = 0;
+    b.approx_ttl_s = 5;
+    b.approx_max_blocks = 10;
+    kvr_router *r = kvr_router_create(ix, &a);
+    rt_register(ix, 1, BS, KVR_MM_LEGACY, -1, false, NULL);
+    rt_register(ix, 2, BS, KVR_MM_LEGACY, -1, false, NULL);
+    swap_arg arg = {r, 0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, route_and_free_loop, &arg), 0);
+    for (int i = 0; i < 200; i++)
+        assert_true(kvr_router_set_config(r, i % 2 ? &a : &b) > 0);
+    pthread_join(th, NULL);
+    assert_int_equal(arg.n_ok, 400);
+    kvr_router_destroy(r);
+    kvr_indexer_destroy(ix);
+}
+
 int main(void)
 {
     for (uint32_t i = 0; i < N; i++)
@@ -145,6 +255,8 @@ int main(void)
         cmocka_unit_test(test_defaults_and_settings),
         cmocka_unit_test(test_unclamped_prefill_prefers_longer_overlap),
         cmocka_unit_test(test_media_cut_weight_prefers_visible_worker),
+        cmocka_unit_test(test_set_config_applies_reloadable_settings),
+        cmocka_unit_test(test_set_config_while_routing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
