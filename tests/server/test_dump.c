@@ -249,8 +249,9 @@ static enum MHD_Result dynamo_peer(void *cls, struct MHD_Connection *c, const ch
 
 /* As Dynamo's serde_json writes HashMap<String, {block_size, events}>: a
  * chain across two events (parent_hash), a lower tier, a worker id and
- * hashes above 2^63, the optional fields it writes as null, and a member
- * this loader does not know. */
+ * hashes above 2^63, the optional fields it writes as null, an event
+ * without storage_tier (the device) beside a disk copy, and a member this
+ * loader does not know. */
 static void test_dynamo_hand_built_dump_loads(void **state)
 {
     (void)state;
@@ -272,16 +273,23 @@ static void test_dynamo_hand_built_dump_loads(void **state)
              "\"dp_rank\":0}},"
              "{\"worker_id\":18446744073709551614,\"storage_tier\":\"host_pinned\",\"event\":{"
              "\"event_id\":2,\"data\":{\"stored\":{\"parent_hash\":null,\"blocks\":["
-             "{\"block_hash\":201,\"tokens_hash\":%llu}]}},\"dp_rank\":1}}"
+             "{\"block_hash\":201,\"tokens_hash\":%llu}]}},\"dp_rank\":1}},"
+             /* no storage_tier: Dynamo's default, the device; and a disk copy */
+             "{\"worker_id\":9,\"event\":{\"event_id\":3,\"data\":{\"stored\":{"
+             "\"parent_hash\":null,\"blocks\":[{\"block_hash\":301,\"tokens_hash\":%llu}]}}}},"
+             "{\"worker_id\":9,\"storage_tier\":\"disk\",\"event\":{\"event_id\":4,\"data\":{"
+             "\"stored\":{\"parent_hash\":null,\"blocks\":[{\"block_hash\":301,\"tokens_hash\":"
+             "%llu}]}},\"dp_rank\":0}}"
              "],\"future_field\":{\"x\":[1,2]}}}",
              (unsigned long long)local[0], (unsigned long long)local[1],
-             (unsigned long long)local[2], (unsigned long long)local[0]);
+             (unsigned long long)local[2], (unsigned long long)local[0],
+             (unsigned long long)local[0], (unsigned long long)local[0]);
     /* Loaded directly ... */
     char base[64], err[256];
     kvr_server *a = start(base, sizeof base, NULL, 0);
-    assert_int_equal(kvr_server_load_dump(a, dump, strlen(dump), err, sizeof err), 3);
+    assert_int_equal(kvr_server_load_dump(a, dump, strlen(dump), err, sizeof err), 5);
     owns oa = ownerships(a);
-    assert_int_equal(oa.n, 4);
+    assert_int_equal(oa.n, 6);
     /* ... and through --peers from a Dynamo peer (no registrations, no
      * cursors: the content alone). */
     g_dynamo_dump = dump;
@@ -302,6 +310,8 @@ static void test_dynamo_hand_built_dump_loads(void **state)
     th_engine_start(&e);
     reg(base_b, 7, 0, &e, false);
     assert_int_equal(th_score(base_b, "m", local, 3, 7, 0), 3 * BS);
+    reg(base_b, 9, 0, &e, false);
+    assert_int_equal(th_score(base_b, "m", local, 1, 9, 0), BS); /* on the device tier */
     long st;
     char *peers_json = get(base_b, "/peers", &st);
     assert_int_equal(st, 200);
