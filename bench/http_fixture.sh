@@ -13,7 +13,8 @@ fixture_start() {
     HERE=${HERE:-$(cd "$(dirname "$0")" && pwd)}
     DIR=$(mktemp -d)
     export ROUTE_BENCH_DIR=$DIR
-    PORT=${PORT:-$((20000 + $$ % 20000))}
+    PORT=${PORT:-$((22000 + $$ % 10000))} # below the ephemeral ports (32768-), where a
+    # port a client happens to hold made serve fail to bind and /health reach another server
     _peer_port=$((PORT + 1))
     trap 'fixture_stop' EXIT
     python3 "$HERE/gen_route_bench.py" "$_build/kvrouter" "$DIR" --workers "$_nworkers"
