@@ -71,11 +71,13 @@ typedef enum {
     KVR_REGISTRY_WORKER_LIMIT,
     KVR_REGISTRY_NO_MEMORY,
     KVR_REGISTRY_STOPPED,
+    KVR_REGISTRY_NO_DESCRIPTORS,
     KVR_REGISTRY_RESULT_COUNT
 } kvr_registry_result;
 
 /* "created", "unchanged", "updated", "reset", "listener_restarted",
- * "invalid", "block_size_conflict", "worker_limit", "no_memory", "stopped". */
+ * "invalid", "block_size_conflict", "worker_limit", "no_memory", "stopped",
+ * "no_descriptors". */
 const char *kvr_registry_result_name(kvr_registry_result r);
 /* True for the results that leave the registration in place (CREATED ..
  * LISTENER_RESTARTED). */
@@ -119,6 +121,10 @@ void kvr_registry_set_max_workers(kvr_registry *r, size_t max_workers);
  *   existing one keeps what kvr_indexer_register did to it.
  * - WORKER_LIMIT: (model, group, worker_id) is not registered and
  *   max_workers workers already are. Nothing changed.
+ * - NO_DESCRIPTORS: the rank has no listener yet and the process cannot
+ *   open one without taking descriptors kept for the HTTP server
+ *   (kvr_source_descriptors_left; RLIMIT_NOFILE). Nothing changed. Checked
+ *   before the endpoints are tried, so it is never taken for a bad one.
  * - BLOCK_SIZE_CONFLICT: kvr_indexer_register's rule (another worker of the
  *   group binds another block size). Nothing changed.
  * - NO_MEMORY: an allocation failed before the change. Nothing changed.
@@ -217,6 +223,10 @@ typedef struct {
 /* 0, or -1 (out of memory; *out is empty). Callable from observers. */
 int kvr_registry_list(kvr_registry *r, kvr_registrations *out);
 void kvr_registrations_free(kvr_registrations *l);
+/* Registrations refused so far with a limit result (WORKER_LIMIT or
+ * NO_DESCRIPTORS); 0 for any other result. */
+uint64_t kvr_registry_refused(kvr_registry *r, kvr_registry_result limit);
+
 /* Registered workers (model, group, worker_id) and rank records now. */
 size_t kvr_registry_workers(kvr_registry *r);
 size_t kvr_registry_ranks(kvr_registry *r);

@@ -19,12 +19,46 @@ typedef struct kvr_server kvr_server;
 #define KVR_DEFAULT_LISTEN_ADDR "127.0.0.1"
 #define KVR_DEFAULT_PORT 8090
 #define KVR_DEFAULT_MAX_BODY (8u << 20)
+#define KVR_DEFAULT_MAX_CONNECTIONS 10000
+#define KVR_DEFAULT_CONNECTION_TIMEOUT_S 30
+
+/* Which endpoints need the bearer token once auth_token_file is set (SPEC
+ * §12). Whatever the scope, an endpoint the scope leaves open answers
+ * without a token, and a configured token is required from any address. */
+typedef enum {
+    KVR_AUTH_SCOPE_ADMIN = 0, /* the mutating and bulk endpoints: /register, /unregister,
+                                 /engines, /register_peer, /deregister_peer, /dump,
+                                 /reopen_logs (the default) */
+    KVR_AUTH_SCOPE_QUERY,     /* those, and /query, /query_by_hash, /route, /prefill_done,
+                                 /free; /health, /ready, /metrics, /workers, /peers open */
+    KVR_AUTH_SCOPE_ALL        /* every endpoint */
+} kvr_auth_scope;
 
 typedef struct {
     const char *listen_addr;   /* NULL -> 127.0.0.1 */
     int port;                  /* 0 -> ephemeral (see kvr_server_port); -1 -> 8090 */
     size_t max_body;           /* 0 -> 8 MiB; larger bodies get 413 */
     unsigned http_threads;     /* 0 -> 2 */
+    /* HTTP connections open at once (0 -> 10000); one more is closed as it
+     * is accepted and counted. Lowered at start to half the descriptor limit
+     * (RLIMIT_NOFILE) when it does not fit, so listeners keep the rest. */
+    size_t max_connections;
+    size_t max_connections_per_ip; /* the same per client address; 0: none */
+    /* A connection is closed when a request has not arrived in full this
+     * many seconds after the connection opened or its previous reply went
+     * out (an idle keep-alive connection too), or when a reply makes no
+     * progress for as long. 0 -> 30. */
+    unsigned connection_timeout_s;
+    /* Bearer-token authentication (SPEC §12): the file holding the token
+     * (its trailing newline is not part of it); NULL: none. auth_scope (a
+     * kvr_auth_scope) says which endpoints need it. Both are read again by
+     * kvr_server_reload; a file that cannot be read then keeps the token in
+     * use. */
+    const char *auth_token_file;
+    int auth_scope;
+    /* The token sent to peers (--peers /dump fetches) as "Authorization:
+     * Bearer"; NULL: auth_token_file's, if any. */
+    const char *peer_token_file;
     /* Peers tried in order for recovery before HTTP starts, the first one
      * that answers wins (kvr_server_recover_from_peer); they seed GET /peers. */
     const char *const *peers;
@@ -73,6 +107,12 @@ typedef struct {
 
 void kvr_server_config_default(kvr_server_config *cfg);
 
+/* Raises the process's soft RLIMIT_NOFILE to its hard limit and logs both
+ * (`kvrouter serve` does it first: every HTTP connection and every worker's
+ * listener holds descriptors, and a soft limit of 1024 is common). 0, or -1
+ * when the limit cannot be read or set (logged). */
+int kvr_server_raise_fd_limit(void);
+
 /* Starts everything; NULL on failure (message in err). */
 kvr_server *kvr_server_start(const kvr_server_config *cfg, char *err, size_t err_len);
 /* Bound HTTP port. */
@@ -83,8 +123,9 @@ void kvr_server_stop(kvr_server *srv);
  * worker limit (registry.max_workers; workers above a lowered limit stay),
  * the router's settings (kvr_router_set_config: all but booking_ttl_s,
  * rng_seed, clock_from_requests), the access log reopened at its path, the
- * config file's engines, then every reload hook in the order
- * added. Workers are the registry's (kvr_registry_sync with the config
+ * config file's engines, then every reload hook in the order added (the
+ * first re-reads the auth token files and takes auth_scope). Workers are
+ * the registry's (kvr_registry_sync with the config
  * file's origin); the listen address, threads, body limit and the rest need
  * a restart. 0, or -1 with err naming what failed (what came before it
  * stays applied). */

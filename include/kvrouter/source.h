@@ -60,7 +60,17 @@ typedef struct {
     /* a failed replay endpoint is not tried again for 1 s, doubling up to
      * this. 0 -> 60000 */
     uint32_t replay_backoff_max_ms;
+    /* Descriptors a new listener must leave free for the rest of the
+     * process (the HTTP server's connections): a listener is opened only
+     * while KVR_LISTENER_FDS + fd_reserve descriptors are free under
+     * RLIMIT_NOFILE. 0 -> 64. */
+    size_t fd_reserve;
 } kvr_source_config;
+
+/* Descriptors one listener may hold: its SUB, the SUB's monitor and our end
+ * of it (an eventfd each), the TCP connection, and while a gap is refilled a
+ * replay DEALER, its monitor and our end of it, and its connection. */
+#define KVR_LISTENER_FDS 8
 
 typedef enum {
     KVR_LISTENER_CONNECTING = 0, /* no message yet */
@@ -167,9 +177,16 @@ typedef enum {
     KVR_LISTEN_CREATED = 0, /* a new listener for (w, rank) */
     KVR_LISTEN_UNCHANGED,   /* same endpoint, replay endpoint and topic: untouched */
     KVR_LISTEN_RESTARTED,   /* one of them changed: reconnected, cursor reset, counters kept */
-    KVR_LISTEN_FAILED       /* a string too long, a socket that cannot connect, or no
+    KVR_LISTEN_FAILED,      /* a string too long, a socket that cannot connect, or no
                                memory: nothing changed */
+    KVR_LISTEN_NO_DESCRIPTORS /* a new listener, and fewer than KVR_LISTENER_FDS +
+                                 fd_reserve descriptors are free (or a socket could not
+                                 be opened for want of one): nothing changed */
 } kvr_listen_result;
+
+/* Whether a new listener fits in the process's descriptors (see
+ * fd_reserve); false with why naming the numbers. Any thread. */
+bool kvr_source_descriptors_left(kvr_source *src, char *why, size_t cap);
 
 /* Inside kvr_source_run. Starts (or, when endpoint/topic/replay changed,
  * restarts) the listener of (w, rank). */

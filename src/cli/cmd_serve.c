@@ -32,6 +32,7 @@ int kvr_cmd_serve(int argc, char **argv)
     }
     kvr_log_set_format((kvr_log_format)s.log_format);
     kvr_log_set_level((kvr_log_level)s.log_level);
+    kvr_server_raise_fd_limit();
     s.server.workers = s.regs;
     s.server.n_workers = s.n_regs;
 

@@ -27,6 +27,8 @@
 
 static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const log_levels[] = {"debug", "info", "warn", "error", NULL};
+/* kvr_auth_scope order */
+static const char *const auth_scopes[] = {"admin", "query", "all", NULL};
 
 /* cli: the error came from a flag (label --name) or a config key ('name'). */
 static int fail_as(const kvr_option *o, bool cli, char *err, size_t cap, const char *what,
@@ -238,6 +240,26 @@ static const kvr_option serve_rows[] = {
         "HTTP worker threads (they also run the matches)", .alias = "threads"),
     NUM("max_body", KVR_OPT_SIZE, server.max_body, 1, U64_MAX_D, "BYTES",
         "request body limit; larger bodies get 413"),
+    NUM("max_connections", KVR_OPT_SIZE, server.max_connections, 1, 10000000, "N",
+        "HTTP connections open at once; one more is closed as it is accepted (counted); "
+        "lowered to half of RLIMIT_NOFILE when it does not fit"),
+    NUM("max_connections_per_ip", KVR_OPT_SIZE, server.max_connections_per_ip, 0, 10000000, "N",
+        "the same from one client address (0 = no limit)"),
+    NUM("connection_timeout_s", KVR_OPT_U32, server.connection_timeout_s, 1, 86400, "S",
+        "a request must arrive in full within S seconds of the connection's accept or of its "
+        "previous reply (idle connections close then too), and a reply must make progress"),
+    STR("auth_token_file", server.auth_token_file, "FILE",
+        "bearer token (the file's one line) required by the admin endpoints, and by more with "
+        "--auth; SIGHUP reads it again",
+        .flags = KVR_OPT_RELOAD),
+    {.name = "auth", .type = KVR_OPT_CHOICE, .offset = S(server.auth_scope),
+     .choices = auth_scopes, .def = "admin", .metavar = "admin|query|all",
+     .help = "endpoints needing the token: admin (register, unregister, dump, peers, "
+             "reopen_logs), query (also query, route, free, prefill_done), all (every one)",
+     .flags = KVR_OPT_RELOAD},
+    STR("peer_token_file", server.peer_token_file, "FILE",
+        "bearer token sent to --peers (default: the auth_token_file token)",
+        .flags = KVR_OPT_RELOAD),
     NUM("replay_timeout_ms", KVR_OPT_U32, server.source.replay_timeout_ms, 1, 3600000, "MS",
         "replay inactivity timeout"),
     NUM("max_message_bytes", KVR_OPT_U64, server.source.max_message_bytes, 1, U64_MAX_D / 2,

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "registry/registry_internal.h"
+#include "util/fds.h"
 #include "util/grow.h"
 
 static kvr_registry_result fail(kvr_registry_reply *out, kvr_registry_result res,
@@ -261,6 +262,17 @@ static void do_register(kvr_source *src, void *arg)
     const kvr_registration *reg = op->reg;
     const kvr_worker_settings *s = &reg->settings;
     kvr_registry_reply *out = op->out;
+    kvr_indexer *ix = kvr_source_indexer(src);
+    kvr_worker *existed = kvr_indexer_find(ix, s->model_name, s->routing_group, s->worker_id);
+    reg_worker *rw = find_worker(r, existed);
+    /* First: a socket that cannot be opened for want of a descriptor must
+     * not read as a bad endpoint. */
+    if (has_feed(reg) && !(rw && find_rank(rw, reg->dp_rank)) &&
+        !kvr_source_descriptors_left(src, out->error, sizeof out->error)) {
+        atomic_fetch_add(&r->refused_descriptors, 1);
+        out->result = KVR_REGISTRY_NO_DESCRIPTORS;
+        return;
+    }
     if (has_feed(reg) && !kvr_source_endpoint_valid(src, reg->endpoint)) {
         fail(out, KVR_REGISTRY_INVALID, "endpoint",
              "field 'endpoint': cannot connect a ZeroMQ socket to '%s'", reg->endpoint);
@@ -272,11 +284,9 @@ static void do_register(kvr_source *src, void *arg)
              "field 'replay_endpoint': cannot connect a ZeroMQ socket to '%s'", replay);
         return;
     }
-    kvr_indexer *ix = kvr_source_indexer(src);
-    kvr_worker *existed = kvr_indexer_find(ix, s->model_name, s->routing_group, s->worker_id);
-    reg_worker *rw = find_worker(r, existed);
     size_t limit = atomic_load(&r->max_workers);
     if (!rw && limit && r->n_ws >= limit) {
+        atomic_fetch_add(&r->refused_worker_limit, 1);
         out->limit = limit;
         fail(out, KVR_REGISTRY_WORKER_LIMIT, NULL,
              "worker limit reached: max_workers = %zu workers are registered", limit);
@@ -312,12 +322,21 @@ static void do_register(kvr_source *src, void *arg)
                                                               reg->endpoint, replay,
                                                               or_empty(reg->topic))
                                           : no_feed(src, w, find_rank(rw, reg->dp_rank));
-    if (lrc == KVR_LISTEN_FAILED) {
+    if (lrc == KVR_LISTEN_FAILED || lrc == KVR_LISTEN_NO_DESCRIPTORS) {
         if (!rw && kvr_source_count(src, w) == 0)
             kvr_indexer_unregister(ix, w); /* nothing half-registered stays behind */
-        fail(out, KVR_REGISTRY_INVALID, "endpoint",
-             "field 'endpoint' (or 'replay_endpoint'/'topic'): cannot open a ZeroMQ listener "
-             "for '%s'", reg->endpoint);
+        if (lrc == KVR_LISTEN_NO_DESCRIPTORS) {
+            atomic_fetch_add(&r->refused_descriptors, 1);
+            if (kvr_source_descriptors_left(src, out->error, sizeof out->error))
+                snprintf(out->error, sizeof out->error,
+                         "out of file descriptors: a ZeroMQ socket for '%s' could not be "
+                         "opened (RLIMIT_NOFILE %zu)", reg->endpoint, kvr_fd_limit());
+            out->result = KVR_REGISTRY_NO_DESCRIPTORS;
+        } else {
+            fail(out, KVR_REGISTRY_INVALID, "endpoint",
+                 "field 'endpoint' (or 'replay_endpoint'/'topic'): cannot open a ZeroMQ "
+                 "listener for '%s'", reg->endpoint);
+        }
         prep_free(&p);
         return;
     }

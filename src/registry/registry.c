@@ -36,7 +36,17 @@ static const char *const result_names[KVR_REGISTRY_RESULT_COUNT] = {
     [KVR_REGISTRY_WORKER_LIMIT] = "worker_limit",
     [KVR_REGISTRY_NO_MEMORY] = "no_memory",
     [KVR_REGISTRY_STOPPED] = "stopped",
+    [KVR_REGISTRY_NO_DESCRIPTORS] = "no_descriptors",
 };
+
+uint64_t kvr_registry_refused(kvr_registry *r, kvr_registry_result limit)
+{
+    if (limit == KVR_REGISTRY_WORKER_LIMIT)
+        return atomic_load(&r->refused_worker_limit);
+    if (limit == KVR_REGISTRY_NO_DESCRIPTORS)
+        return atomic_load(&r->refused_descriptors);
+    return 0;
+}
 
 const char *kvr_registry_result_name(kvr_registry_result r)
 {

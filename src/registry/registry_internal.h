@@ -41,6 +41,7 @@ struct kvr_registry {
     size_t n_ws, cap_ws;
     size_t n_rank_recs;
     _Atomic size_t max_workers;
+    _Atomic uint64_t refused_worker_limit, refused_descriptors;
     reg_observer obs[KVR_REGISTRY_MAX_OBSERVERS];
     size_t n_obs;
 };

@@ -29,6 +29,7 @@ typedef struct {
     char *text;       /* malloc'd non-JSON body (e.g. /metrics), core frees */
     kvr_api_stream stream; /* set (read != NULL): the body, written as the client reads it */
     const char *content_type;
+    const char *www_authenticate; /* a 401's challenge header (static text), or NULL */
 } kvr_api_reply;
 
 kvr_indexer *kvr_server_indexer(kvr_server *srv);

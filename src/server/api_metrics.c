@@ -328,6 +328,7 @@ void kvr_api_metrics(kvr_server *srv, json_t *body, kvr_api_reply *reply)
     discovery_metrics(&m);
     kvr_route_cache_write(&b, &srv->route_cache);
     kvr_metrics_http(&m);
+    kvr_metrics_limits(&m);
     free(m.wlabels);
     kvr_workers_snapshot_free(&s);
     if (b.failed || !b.data) {

@@ -182,7 +182,8 @@ int kvr_api_registry_status(kvr_registry_result r)
     case KVR_REGISTRY_INVALID: return 400;
     case KVR_REGISTRY_BLOCK_SIZE_CONFLICT: return 409;
     case KVR_REGISTRY_WORKER_LIMIT: return 503;
-    case KVR_REGISTRY_STOPPED: return 503;
+    case KVR_REGISTRY_STOPPED:
+    case KVR_REGISTRY_NO_DESCRIPTORS: return 503;
     case KVR_REGISTRY_NO_MEMORY:
     case KVR_REGISTRY_RESULT_COUNT: break;
     }
@@ -205,6 +206,8 @@ void kvr_api_register(kvr_server *srv, json_t *body, kvr_api_reply *reply)
         kvr_api_error(reply, kvr_api_registry_status(res), "%s", out.error);
         if (res == KVR_REGISTRY_WORKER_LIMIT)
             json_object_set_new(reply->body, "limit", json_string("max_workers"));
+        else if (res == KVR_REGISTRY_NO_DESCRIPTORS)
+            json_object_set_new(reply->body, "limit", json_string("descriptors"));
         return;
     }
     const kvr_worker_settings *s = &reg.settings;

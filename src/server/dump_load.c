@@ -13,6 +13,7 @@
 #include "server/dump_load.h"
 #include "server/dump_snapshot.h"
 #include "server/json_body.h"
+#include "server/auth.h"
 #include "util/grow.h"
 
 /* Records and hashes held before they are applied in one ingest step. */
@@ -461,6 +462,8 @@ bool kvr_dump_fetch(kvr_dump_loader *l, const char *base_url, const char *path_a
         return false;
     }
     fetch_ctx f = {l, c};
+    struct curl_slist *headers = kvr_server_peer_headers(l->srv, NULL);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &f);
@@ -471,6 +474,7 @@ bool kvr_dump_fetch(kvr_dump_loader *l, const char *base_url, const char *path_a
     long code = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
     curl_easy_cleanup(c);
+    curl_slist_free_all(headers);
     if (rc == CURLE_OK && code == 200)
         return true;
     char why[128];

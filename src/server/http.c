@@ -1,5 +1,7 @@
-/* HTTP core: libmicrohttpd daemon, body accumulation with a size limit,
- * dispatch table (method + path -> handler), JSON replies, latency
+/* HTTP core: libmicrohttpd daemon (epoll, a thread pool, the connection
+ * limits and deadlines of http_conns.h), authentication before a body is
+ * read (auth.h), body accumulation with a size limit, the endpoint table
+ * (method + path -> handler, with its access class), JSON replies, latency
  * histograms per endpoint. */
 #include <arpa/inet.h>
 #include <microhttpd.h>
@@ -11,8 +13,11 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "kvrouter/log.h"
 #include "server/access_log.h"
 #include "server/api_engines.h"
+#include "server/auth.h"
+#include "server/http_conns.h"
 #include "server/json_body.h"
 #include "server/server_internal.h"
 #include "util/clock.h"
@@ -38,6 +43,8 @@ typedef struct {
     size_t received; /* body bytes, kept ones or not */
     bool too_large;
     double t_wall, t_mono; /* arrival, for the access log */
+    kvr_endpoint *ep;      /* the row of (method, path); NULL: none */
+    bool path_known;       /* some row has the path */
 } req_ctx;
 
 void kvr_api_error(kvr_api_reply *reply, int status, const char *fmt, ...)
@@ -201,6 +208,8 @@ static enum MHD_Result send_reply(struct MHD_Connection *conn, kvr_api_reply *re
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                             ctype ? ctype : "application/json");
+    if (reply->www_authenticate)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, reply->www_authenticate);
     enum MHD_Result r = MHD_queue_response(conn, (unsigned)reply->status, resp);
     MHD_destroy_response(resp);
     return r;
@@ -214,19 +223,67 @@ static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const cha
     return MHD_YES;
 }
 
-static void dispatch(kvr_server *srv, struct MHD_Connection *conn, const char *url,
-                     const char *method, req_ctx *rc, kvr_api_reply *reply)
+/* The row of (method, url); *path_known says whether any row has the path
+ * (405 rather than 404). */
+static kvr_endpoint *find_endpoint(kvr_server *srv, const char *url, const char *method,
+                                   bool *path_known)
 {
     kvr_endpoint *match = NULL;
-    bool path_known = false;
+    *path_known = false;
     for (size_t i = 0; i < srv->n_endpoints; i++) {
         if (strcmp(srv->endpoints[i].path, url) != 0)
             continue;
-        path_known = true;
+        *path_known = true;
         if (strcmp(srv->endpoints[i].method, method) == 0)
             match = &srv->endpoints[i];
     }
-    if (!path_known) {
+    return match;
+}
+
+/* "a.b.c.d:port" of the client, "" when unknown. */
+static void remote_of(struct MHD_Connection *conn, char *buf, size_t cap)
+{
+    buf[0] = 0;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!ci || !ci->client_addr || ci->client_addr->sa_family != AF_INET)
+        return;
+    const struct sockaddr_in *sa = (const struct sockaddr_in *)ci->client_addr;
+    char ip[INET_ADDRSTRLEN];
+    if (inet_ntop(AF_INET, &sa->sin_addr, ip, sizeof ip))
+        snprintf(buf, cap, "%s:%u", ip, (unsigned)ntohs(sa->sin_port));
+}
+
+/* Authentication (SPEC §12), once the headers are in and before any body
+ * is read: true when the endpoint's access class needs no token or the
+ * right one came; else reply is the 401 with its challenge. */
+static bool authorized(kvr_server *srv, struct MHD_Connection *conn, const kvr_endpoint *e,
+                       kvr_api_reply *reply)
+{
+    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                MHD_HTTP_HEADER_AUTHORIZATION);
+    kvr_auth_result r = kvr_auth_check(srv->auth, e->def->access, h);
+    if (r == KVR_AUTH_OK)
+        return true;
+    char remote[64];
+    remote_of(conn, remote, sizeof remote);
+    KVR_LOG_LIMITED(KVR_LOG_WARN, NULL, "401 %s %s from %s: %s bearer token", e->method,
+                    e->path, remote[0] ? remote : "?",
+                    r == KVR_AUTH_MISSING ? "no" : "a wrong");
+    kvr_api_error(reply, 401, "%s %s needs authentication: %s (send 'Authorization: Bearer "
+                  "<token>', the token of --auth-token-file)", e->method, e->path,
+                  r == KVR_AUTH_MISSING ? "no bearer token" : "the bearer token is not valid");
+    reply->www_authenticate = r == KVR_AUTH_MISSING
+                                  ? "Bearer realm=\"kvrouter\""
+                                  : "Bearer realm=\"kvrouter\", error=\"invalid_token\"";
+    return false;
+}
+
+static void dispatch(kvr_server *srv, struct MHD_Connection *conn, const char *url,
+                     const char *method, req_ctx *rc, kvr_api_reply *reply)
+{
+    kvr_endpoint *match = rc->ep;
+    if (!rc->path_known) {
         atomic_fetch_add(&srv->requests_404, 1);
         kvr_api_error(reply, 404, "no endpoint %s", url);
         return;
@@ -235,7 +292,8 @@ static void dispatch(kvr_server *srv, struct MHD_Connection *conn, const char *u
         kvr_api_error(reply, 405, "method %s not allowed on %s", method, url);
         return;
     }
-    /* Authentication (SPEC §12) belongs here: one check of def->access. */
+    /* Authentication (SPEC §12) passed already: on_request checks def->access
+     * when the headers arrive, so an unauthenticated body is never read. */
     const kvr_endpoint_def *def = match->def;
     if (!def->early && !kvr_server_serving_all(srv)) {
         kvr_api_error(reply, 503,
@@ -284,19 +342,6 @@ static void dispatch(kvr_server *srv, struct MHD_Connection *conn, const char *u
     observe(match, kvr_source_now() - t0, reply->status);
 }
 
-/* "a.b.c.d:port" of the client, "" when unknown. */
-static void remote_of(struct MHD_Connection *conn, char *buf, size_t cap)
-{
-    buf[0] = 0;
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    if (!ci || !ci->client_addr || ci->client_addr->sa_family != AF_INET)
-        return;
-    const struct sockaddr_in *sa = (const struct sockaddr_in *)ci->client_addr;
-    char ip[INET_ADDRSTRLEN];
-    if (inet_ntop(AF_INET, &sa->sin_addr, ip, sizeof ip))
-        snprintf(buf, cap, "%s:%u", ip, (unsigned)ntohs(sa->sin_port));
-}
 
 static void log_access(kvr_server *srv, struct MHD_Connection *conn, const char *url,
                        const char *method, const req_ctx *rc, int status, size_t bytes)
@@ -317,6 +362,47 @@ static void log_access(kvr_server *srv, struct MHD_Connection *conn, const char 
     kvr_access_log_write(srv->access_log, &rec);
 }
 
+/* Queues the reply, writes its access-log line and frees it. */
+static enum MHD_Result respond(kvr_server *srv, struct MHD_Connection *conn, const char *url,
+                               const char *method, const req_ctx *rc, kvr_api_reply *reply)
+{
+    kvr_conns_replying(srv->conns, conn);
+    size_t bytes = 0;
+    enum MHD_Result r = send_reply(conn, reply, &bytes);
+    if (srv->access_log)
+        log_access(srv, conn, url, method, rc, reply->status, bytes);
+    json_decref(reply->body);
+    free(reply->text);
+    if (reply->stream.read && reply->stream.done)
+        reply->stream.done(reply->stream.user); /* never queued */
+    return r;
+}
+
+/* The first call of a request (its headers are in): its context, and the
+ * 401 when it is not authorized, answered before any body is read (the
+ * connection then closes, since the body is not read). */
+static enum MHD_Result on_headers(kvr_server *srv, struct MHD_Connection *conn,
+                                  const char *url, const char *method, void **con_cls)
+{
+    req_ctx *rc = calloc(1, sizeof *rc);
+    if (!rc)
+        return MHD_NO;
+    rc->t_wall = kvr_clock_wall();
+    rc->t_mono = kvr_clock_mono();
+    *con_cls = rc;
+    rc->ep = find_endpoint(srv, url, method, &rc->path_known);
+    kvr_api_reply reply = {0};
+    if (rc->ep && !authorized(srv, conn, rc->ep, &reply)) {
+        observe(rc->ep, 0, reply.status);
+        return respond(srv, conn, url, method, rc, &reply);
+    }
+    const char *cl =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && strtoull(cl, NULL, 10) > srv->max_body)
+        rc->too_large = true;
+    return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -325,19 +411,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     (void)version;
     kvr_server *srv = cls;
     req_ctx *rc = *con_cls;
-    if (!rc) {
-        rc = calloc(1, sizeof *rc);
-        if (!rc)
-            return MHD_NO;
-        rc->t_wall = kvr_clock_wall();
-        rc->t_mono = kvr_clock_mono();
-        const char *cl =
-            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > srv->max_body)
-            rc->too_large = true;
-        *con_cls = rc;
-        return MHD_YES;
-    }
+    if (!rc)
+        return on_headers(srv, conn, url, method, con_cls);
     if (*upload_data_size > 0) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
@@ -358,29 +433,33 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     kvr_api_reply reply = {0};
     dispatch(srv, conn, url, method, rc, &reply);
-    size_t bytes = 0;
-    enum MHD_Result r = send_reply(conn, &reply, &bytes);
-    if (srv->access_log)
-        log_access(srv, conn, url, method, rc, reply.status, bytes);
-    json_decref(reply.body);
-    free(reply.text);
-    if (reply.stream.read && reply.stream.done)
-        reply.stream.done(reply.stream.user); /* never queued */
-    return r;
+    return respond(srv, conn, url, method, rc, &reply);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
-    (void)conn;
-    (void)toe;
+    kvr_server *srv = cls;
+    kvr_conns_reply_done(srv->conns, conn, toe);
     req_ctx *rc = *con_cls;
     if (rc) {
         free(rc->buf);
         free(rc);
         *con_cls = NULL;
     }
+}
+
+/* libmicrohttpd's own messages, through the log sink and rate-limited (a
+ * client can make it repeat them). */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' '))
+        msg[--n] = 0;
+    KVR_LOG_LIMITED(KVR_LOG_WARN, NULL, "libmicrohttpd: %s", msg);
 }
 
 int kvr_http_start(kvr_server *srv, const char *addr, int port, unsigned threads, char *err,
@@ -394,12 +473,23 @@ int kvr_http_start(kvr_server *srv, const char *addr, int port, unsigned threads
         snprintf(err, err_len, "listen address '%s' is not an IPv4 address", addr);
         return -1;
     }
+    threads = threads ? threads : 2;
+    /* The limits are http_conns.c's: libmicrohttpd's own connection limit
+     * (split between the pool's threads, each of which stops accepting at its
+     * share and leaves clients waiting in the backlog) sits above ours, which
+     * closes one too many at once. Its inactivity timeout sits above the
+     * request deadline of the sweep, so the sweep is what closes a connection
+     * waiting for a request (and counts it); libmicrohttpd's covers replies. */
+    size_t mhd_limit = kvr_conns_max(srv->conns) + 4 * (size_t)threads + 16;
+    unsigned mhd_timeout = srv->connection_timeout_s + 2;
     srv->mhd = MHD_start_daemon(
-        MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port, NULL, NULL,
-        on_request, srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(threads ? threads : 2),
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)30, MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
+        MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port, kvr_conns_accept,
+        srv->conns, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+        MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+        MHD_OPTION_NOTIFY_CONNECTION, kvr_conns_notify, srv->conns,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)mhd_limit, MHD_OPTION_CONNECTION_TIMEOUT,
+        mhd_timeout, MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)KVR_HTTP_CONN_MEMORY, MHD_OPTION_END);
     if (!srv->mhd) {
         snprintf(err, err_len, "cannot listen on %s:%d", addr, port);

@@ -35,6 +35,9 @@ typedef struct {
 void kvr_metrics_groups(kvr_metrics_ctx *m);
 void kvr_metrics_router(kvr_metrics_ctx *m);
 void kvr_metrics_http(kvr_metrics_ctx *m);
+/* metrics_limits.c: HTTP connections and their limits, auth failures,
+ * registrations refused by a limit, listener descriptors (SPEC §12). */
+void kvr_metrics_limits(kvr_metrics_ctx *m);
 
 /* "# HELP name help\n# TYPE name type\n". */
 void kvr_metrics_family(kvr_sbuf *b, const char *name, const char *type, const char *help);

@@ -1,12 +1,18 @@
 /* Server lifecycle: indexer, router, sources, peer recovery, then HTTP. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include <sys/resource.h>
+
 #include "kvrouter/log.h"
 #include "server/access_log.h"
+#include "server/auth.h"
+#include "server/http_conns.h"
 #include "server/server_internal.h"
+#include "util/fds.h"
 
 kvr_indexer *kvr_server_indexer(kvr_server *srv) { return srv->ix; }
 struct kvr_router *kvr_server_router(kvr_server *srv) { return srv->router; }
@@ -20,6 +26,8 @@ void kvr_server_config_default(kvr_server_config *cfg)
     cfg->port = KVR_DEFAULT_PORT;
     cfg->max_body = KVR_DEFAULT_MAX_BODY;
     cfg->http_threads = 2;
+    cfg->max_connections = KVR_DEFAULT_MAX_CONNECTIONS;
+    cfg->connection_timeout_s = KVR_DEFAULT_CONNECTION_TIMEOUT_S;
     kvr_source_config_default(&cfg->source);
     kvr_router_config_default(&cfg->router);
     kvr_cluster_config_default(&cfg->cluster);
@@ -204,6 +212,14 @@ int kvr_server_reload(kvr_server *srv, const kvr_server_config *cfg, char *err, 
     return 0;
 }
 
+/* The auth token files, again (auth.h). */
+static int reload_auth(kvr_server *srv, const kvr_server_config *cfg, void *user, char *err,
+                       size_t err_len)
+{
+    (void)user;
+    return kvr_auth_reload(srv->auth, cfg, err, err_len);
+}
+
 static bool is_loopback(const char *addr)
 {
     return strncmp(addr, "127.", 4) == 0 || strcmp(addr, "localhost") == 0;
@@ -224,6 +240,59 @@ static void recover_at_start(kvr_server *srv)
                 i + 1 < n ? "trying the next" : "continuing without a peer");
     }
     kvr_server_free_peer_list(peers, n);
+}
+
+/* Descriptors the HTTP server holds besides its connections: the listening
+ * socket, an epoll and an eventfd per thread, and a few spare. */
+static size_t http_fd_overhead(unsigned threads) { return 2 * (size_t)threads + 16; }
+
+/* max_connections that fit the descriptor limit (RLIMIT_NOFILE): at most
+ * half of it, so that listeners keep the other half. */
+static size_t connection_budget(size_t want, unsigned threads)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return want;
+    size_t half = (size_t)rl.rlim_cur / 2, overhead = http_fd_overhead(threads);
+    if (want + overhead <= half)
+        return want;
+    size_t fit = half > overhead + 1 ? half - overhead : 1;
+    kvr_log(KVR_LOG_WARN,
+            "max_connections %zu lowered to %zu: the descriptor limit (RLIMIT_NOFILE) is %llu "
+            "and listeners need the other half; raise it (ulimit -n, systemd LimitNOFILE=)",
+            want, fit, (unsigned long long)rl.rlim_cur);
+    return fit;
+}
+
+int kvr_server_raise_fd_limit(void)
+{
+    int r = kvr_fd_raise_limit();
+    if (r == 0)
+        kvr_log(KVR_LOG_INFO, "descriptor limit (RLIMIT_NOFILE): %zu (soft = hard)",
+                kvr_fd_limit());
+    return r < 0 ? -1 : 0;
+}
+
+/* Authentication and the HTTP connection limits, before any thread that
+ * reads them starts. */
+static int start_limits(kvr_server *srv, kvr_server_config *cfg, char *err, size_t err_len)
+{
+    if (!(srv->auth = kvr_auth_create(cfg, err, err_len)))
+        return -1;
+    kvr_fd_raise_limit(); /* before the budget below (the source does it too) */
+    unsigned threads = cfg->http_threads ? cfg->http_threads : 2;
+    size_t max = connection_budget(
+        cfg->max_connections ? cfg->max_connections : KVR_DEFAULT_MAX_CONNECTIONS, threads);
+    srv->connection_timeout_s =
+        cfg->connection_timeout_s ? cfg->connection_timeout_s : KVR_DEFAULT_CONNECTION_TIMEOUT_S;
+    srv->conns = kvr_conns_create(max, cfg->max_connections_per_ip, srv->connection_timeout_s);
+    /* Listeners leave the HTTP server's share free (source.h fd_reserve). */
+    srv->fd_reserve = cfg->source.fd_reserve = max + http_fd_overhead(threads);
+    if (!srv->conns || kvr_server_add_reload_hook(srv, reload_auth, NULL) != 0) {
+        snprintf(err, err_len, "out of memory");
+        return -1;
+    }
+    return 0;
 }
 
 static int start_logs_and_wait(kvr_server *srv, const kvr_server_config *cfg, char *err,
@@ -263,6 +332,10 @@ kvr_server *kvr_server_start(const kvr_server_config *cfg_in, char *err, size_t 
     pthread_mutex_init(&srv->peers_mu, NULL);
     srv->started_at = kvr_source_now();
     srv->metrics_per_worker = cfg.metrics_per_worker;
+    if (start_limits(srv, &cfg, err, err_len) != 0) {
+        kvr_server_stop(srv);
+        return NULL;
+    }
     srv->ix = kvr_http_init_endpoints(srv) == 0 ? kvr_indexer_create() : NULL;
     srv->router = srv->ix ? kvr_router_create(srv->ix, &cfg.router) : NULL;
     srv->src = srv->router ? kvr_source_create(srv->ix, &cfg.source) : NULL;
@@ -298,12 +371,19 @@ kvr_server *kvr_server_start(const kvr_server_config *cfg_in, char *err, size_t 
         kvr_server_stop(srv);
         return NULL;
     }
-    /* SPEC §12. (Once a token can be configured, only without one.) */
-    if (!is_loopback(addr))
+    /* SPEC §12. */
+    if (!is_loopback(addr) && !kvr_auth_enabled(srv->auth))
         kvr_log(KVR_LOG_WARN,
                 "listening on %s:%d, beyond loopback, without authentication: anyone who can "
-                "reach this port can register and unregister workers",
+                "reach this port can register and unregister workers and read /dump; set "
+                "--auth-token-file",
                 addr, srv->port);
+    if (kvr_auth_enabled(srv->auth))
+        kvr_log(KVR_LOG_INFO, "authentication: the bearer token of %s is required by %s",
+                cfg.auth_token_file,
+                cfg.auth_scope == KVR_AUTH_SCOPE_ALL     ? "every endpoint"
+                : cfg.auth_scope == KVR_AUTH_SCOPE_QUERY ? "the admin and query endpoints"
+                                                         : "the admin endpoints");
     if (!atomic_load(&srv->serving_all))
         kvr_log(KVR_LOG_INFO,
                 "waiting for %zu initial workers (%zu registered): until then only /register, "
@@ -323,6 +403,8 @@ void kvr_server_stop(kvr_server *srv)
     kvr_discovery_destroy(srv->discovery); /* it calls the registry: before the source */
     kvr_cluster_stop(srv->cluster);
     kvr_sweeper_stop(srv->sweeper);
+    kvr_conns_destroy(srv->conns);
+    kvr_auth_destroy(srv->auth);
     kvr_source_destroy(srv->src);
     kvr_registry_destroy(srv->registry);
     kvr_router_destroy(srv->router);

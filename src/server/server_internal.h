@@ -23,11 +23,13 @@ typedef struct {
 #define KVR_LAT_BUCKETS 14
 extern const double kvr_lat_bounds[KVR_LAT_BUCKETS];
 
-/* Who may call an endpoint (SPEC §12). Authentication, when configured,
- * is one check of this class before dispatch. */
+/* Who may call an endpoint (SPEC §12). Once a token is configured, the
+ * scope (kvr_auth_scope) decides which classes need it: ADMIN always,
+ * QUERY from `--auth query`, OPEN only with `--auth all`. One check of the
+ * class (http.c, auth.h) runs when a request's headers are in. */
 typedef enum {
-    KVR_ACCESS_OPEN = 0, /* /health, /ready, /metrics, /workers: always open */
-    KVR_ACCESS_QUERY,    /* /query /query_by_hash /route /prefill_done /free: open unless --auth all */
+    KVR_ACCESS_OPEN = 0, /* /health, /ready, /metrics, /workers, /peers: probes and scrapers */
+    KVR_ACCESS_QUERY,    /* /query /query_by_hash /route /prefill_done /free: the gateway's */
     KVR_ACCESS_ADMIN     /* mutating and bulk: /register /unregister /dump /reopen_logs ... */
 } kvr_access;
 
@@ -67,6 +69,10 @@ struct kvr_server {
     kvr_registry *registry;
     kvr_sweeper *sweeper;
     struct MHD_Daemon *mhd;
+    struct kvr_conns *conns;       /* HTTP connection limits (http_conns.h) */
+    struct kvr_auth *auth;         /* bearer tokens (auth.h) */
+    unsigned connection_timeout_s; /* effective */
+    size_t fd_reserve;             /* descriptors listeners leave to HTTP (source.h) */
     int port;
     size_t max_body;
     double started_at;

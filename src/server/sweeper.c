@@ -1,12 +1,16 @@
-/* Periodic booking expiry. Every router call already expires lazily, but a
- * quiet router would hold a lost request's load (and its block sets) until
- * the next call; this thread bounds that to about a second. */
+/* The server's housekeeping, about once a second: booking expiry (every
+ * router call already expires lazily, but a quiet router would hold a lost
+ * request's load and its block sets until the next call) and the HTTP
+ * request deadline (http_conns.h: connections waiting too long for their
+ * request are closed). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
 
+#include "server/http_conns.h"
 #include "server/server_internal.h"
+#include "util/clock.h"
 
 struct kvr_sweeper {
     kvr_server *srv;
@@ -28,6 +32,7 @@ static void *sweep_loop(void *arg)
         if (rc == ETIMEDOUT && !sw->stop) {
             pthread_mutex_unlock(&sw->mu);
             kvr_router_sweep(sw->srv->router);
+            kvr_conns_sweep(sw->srv->conns, kvr_clock_mono());
             pthread_mutex_lock(&sw->mu);
         }
     }

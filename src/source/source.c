@@ -9,7 +9,6 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 #include "kvrouter/log.h"
 #include "source/source_internal.h"
 #include "util/clock.h"
+#include "util/fds.h"
 #include "util/grow.h"
 
 double kvr_source_now(void) { return kvr_clock_mono(); }
@@ -50,6 +50,7 @@ void kvr_source_config_default(kvr_source_config *cfg)
     cfg->max_buffered_total_bytes = 1ull << 30;
     cfg->reconnect_max_ms = 10000;
     cfg->replay_backoff_max_ms = 60000;
+    cfg->fd_reserve = 64;
 }
 
 kvr_indexer *kvr_source_indexer(kvr_source *src) { return src->ix; }
@@ -88,31 +89,19 @@ static void merge_config(kvr_source_config *dst, const kvr_source_config *cfg)
         dst->max_buffered_total_bytes = cfg->max_buffered_total_bytes;
     if (cfg->reconnect_max_ms > 0)
         dst->reconnect_max_ms = cfg->reconnect_max_ms;
+    if (cfg->fd_reserve)
+        dst->fd_reserve = cfg->fd_reserve;
     if (cfg->replay_backoff_max_ms)
         dst->replay_backoff_max_ms = cfg->replay_backoff_max_ms;
 }
 
-/* A listener holds three descriptors (the mailboxes of its SUB, of the
- * SUB's monitor and of our end of it) plus its connection, and three more
- * while it replays (the DEALER and its monitor): 1000 engines need about
- * 4000, and the usual soft limit is 1024. The hard limit is what
- * the operator allows; take it. */
-static void raise_fd_limit(void)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max)
-        return;
-    unsigned long long from = (unsigned long long)rl.rlim_cur;
-    rl.rlim_cur = rl.rlim_max;
-    if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
-        kvr_log(KVR_LOG_INFO, "open-file limit raised from %llu to %llu (each engine listener "
-                              "holds about 4 descriptors)",
-                from, (unsigned long long)rl.rlim_cur);
-}
-
 kvr_source *kvr_source_create(kvr_indexer *ix, const kvr_source_config *cfg)
 {
-    raise_fd_limit();
+    /* A listener holds several descriptors (the mailboxes of its SUB, of
+     * the SUB's monitor and of our end of it, plus its connection; three
+     * more while it replays: the DEALER and its monitor): 1000 engines need
+     * about 4000, and the usual soft limit is 1024. */
+    kvr_fd_raise_limit();
     kvr_source *src = calloc(1, sizeof *src);
     if (!src)
         return NULL;
@@ -232,6 +221,19 @@ static bool open_sub(kvr_source *src, kvr_listener *l)
     return true;
 }
 
+bool kvr_source_descriptors_left(kvr_source *src, char *why, size_t cap)
+{
+    size_t need = KVR_LISTENER_FDS + src->cfg.fd_reserve, open = 0;
+    if (kvr_fd_free_at_least(need, &open))
+        return true;
+    if (why)
+        snprintf(why, cap,
+                 "out of file descriptors: %zu of RLIMIT_NOFILE %zu are open and a new listener "
+                 "needs %d while %zu stay free for HTTP connections",
+                 open, kvr_fd_limit(), KVR_LISTENER_FDS, src->cfg.fd_reserve);
+    return false;
+}
+
 bool kvr_source_endpoint_valid(kvr_source *src, const char *endpoint)
 {
     void *s = zmq_socket(src->zctx, ZMQ_DEALER);
@@ -298,6 +300,8 @@ kvr_listen_result kvr_source_listen(kvr_source *src, kvr_worker *w, uint64_t wor
         old->state = old->held ? KVR_LISTENER_HELD : KVR_LISTENER_CONNECTING;
         return KVR_LISTEN_RESTARTED;
     }
+    if (!kvr_source_descriptors_left(src, NULL, 0))
+        return KVR_LISTEN_NO_DESCRIPTORS;
     if (KVR_GROW(src->ls, src->cap_ls, src->n_ls + 1) != 0)
         return KVR_LISTEN_FAILED;
     kvr_listener *l = calloc(1, sizeof *l);
@@ -314,9 +318,11 @@ kvr_listen_result kvr_source_listen(kvr_source *src, kvr_worker *w, uint64_t wor
     l->held = src->holding;
     l->state = l->held ? KVR_LISTENER_HELD : KVR_LISTENER_CONNECTING;
     init_watches(l);
+    errno = 0;
     if (!open_sub(src, l)) {
         free(l);
-        return KVR_LISTEN_FAILED;
+        return errno == EMFILE || errno == ENFILE ? KVR_LISTEN_NO_DESCRIPTORS
+                                                  : KVR_LISTEN_FAILED;
     }
     src->ls[src->n_ls++] = l;
     return KVR_LISTEN_CREATED;

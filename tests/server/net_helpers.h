@@ -445,6 +445,27 @@ static inline long long th_wait_counter(const char *base, uint64_t worker, const
     }
 }
 
+/* The value of the exposition line `key value` in a /metrics text (key with
+ * its labels, as written); -1 when absent. */
+static inline double th_metric_in(const char *text, const char *key)
+{
+    size_t kl = strlen(key);
+    for (const char *p = text; p && (p = strstr(p, key)); p += kl)
+        if ((p == text || p[-1] == '\n') && p[kl] == ' ')
+            return strtod(p + kl + 1, NULL);
+    return -1;
+}
+
+/* GET base/metrics, then th_metric_in; -1 when the scrape fails too. */
+static inline double th_metric(const char *base, const char *key)
+{
+    char url[256], *text = NULL;
+    snprintf(url, sizeof url, "%s/metrics", base);
+    double v = th_http("GET", url, NULL, 0, &text) == 200 ? th_metric_in(text, key) : -1;
+    free(text);
+    return v;
+}
+
 /* kvr_server_start(cfg); base gets "http://127.0.0.1:<port>". NULL (the
  * reason on stderr) when it does not start. */
 static inline kvr_server *th_server_start(const kvr_server_config *cfg, char *base, size_t cap)
