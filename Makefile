@@ -40,6 +40,23 @@ asan-test: deps
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
+# The tests that run threads, under ThreadSanitizer: the index's readers and
+# writer, the ingest thread with its sources and the registry, the server's
+# HTTP threads and housekeeping, the router under concurrent requests,
+# discovery's poll thread, replicas over a real nats-server. Races inside
+# the uninstrumented libzmq are suppressed (tests/tsan.supp), nothing else.
+TSAN_TESTS := test_indexer_concurrency test_tree_model test_source test_registry \
+              test_route_select test_server_ingest test_source_faults test_http_limits \
+              test_auth test_discovery test_cluster_replicas
+TSAN_BUILD ?= build-tsan
+empty :=
+space := $(empty) $(empty)
+tsan-test: deps
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVR_TSAN=ON >/dev/null
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TESTS)
+	cd $(TSAN_BUILD) && TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp halt_on_error=1 second_deadlock_stack=1" \
+	  ctest --output-on-failure -j $(JOBS) -R '^($(subst $(space),|,$(TSAN_TESTS)))$$'
+
 # libFuzzer targets (fuzz/): each runs FUZZ_SECONDS from the seeds in
 # fuzz/corpus/<target>/ (what it finds stays in $(FUZZ_BUILD)/corpus); a
 # crash or a broken invariant fails the target and leaves the input as
@@ -86,4 +103,4 @@ deb: deps
 	@ls $(DEB_OUT)/*.deb
 
 clean:
-	rm -rf $(BUILD) build-asan $(DEB_OUT) $(FUZZ_BUILD)
+	rm -rf $(BUILD) build-asan $(TSAN_BUILD) $(DEB_OUT) $(FUZZ_BUILD)

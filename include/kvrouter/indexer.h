@@ -226,6 +226,11 @@ void kvr_indexer_dump(kvr_indexer *ix, kvr_indexer_dump_fn fn, void *user);
 kvr_drop_reason kvr_indexer_load_store(kvr_indexer *ix, const char *model, const char *group,
                                        const kvr_dump_store *ev);
 
+/* Heap bytes held by every (model, group) index (kvr_index_stats.bytes
+ * summed), for a caller deciding when memory drained; any thread, each
+ * index read-locked in turn. */
+uint64_t kvr_indexer_heap_bytes(kvr_indexer *ix);
+
 #ifdef __cplusplus
 }
 #endif

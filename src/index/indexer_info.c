@@ -147,3 +147,14 @@ kvr_drop_reason kvr_indexer_load_store(kvr_indexer *ix, const char *model, const
     pthread_rwlock_unlock(&ix->lock);
     return why;
 }
+
+uint64_t kvr_indexer_heap_bytes(kvr_indexer *ix)
+{
+    uint64_t total = 0;
+    for (kvr_group *g = atomic_load_explicit(&ix->groups, memory_order_acquire); g; g = g->next) {
+        kvr_index_stats st;
+        kvr_index_stats_get(g->idx, &st);
+        total += st.bytes;
+    }
+    return total;
+}

@@ -1,8 +1,8 @@
 /* The /metrics families of the limits (SPEC §12): HTTP connections (open,
  * limit, refused by limit, timed out), authentication failures,
- * registrations refused by a limit, and the descriptors listeners hold
- * beside process_open_fds / process_max_fds. Each degraded path the limits
- * add has its counter here. */
+ * registrations refused by a limit, the descriptors listeners hold beside
+ * process_open_fds / process_max_fds, and memory given back after the
+ * index drained. Each degraded path the limits add has its counter here. */
 #include <inttypes.h>
 
 #include "server/auth.h"
@@ -84,4 +84,7 @@ void kvr_metrics_limits(kvr_metrics_ctx *m)
     connections(m);
     auth(m);
     registrations(m);
+    one(m->b, "kvr_memory_trims_total", "counter",
+        "malloc_trim calls after the index drained (freed heap pages given back)",
+        atomic_load(&m->srv->trim.trims));
 }

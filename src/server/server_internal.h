@@ -9,6 +9,7 @@
 #include "server/api.h"
 #include "server/json_util.h"
 #include "server/sbuf.h"
+#include "server/trim.h"
 
 /* Share of a routed prompt cached on the chosen worker (metrics.h). */
 #define KVR_CACHED_SHARE_BOUNDS 11
@@ -73,6 +74,7 @@ struct kvr_server {
     struct kvr_auth *auth;         /* bearer tokens (auth.h) */
     unsigned connection_timeout_s; /* effective */
     size_t fd_reserve;             /* descriptors listeners leave to HTTP (source.h) */
+    kvr_trim_state trim;           /* the housekeeping thread's (trim.h) */
     int port;
     size_t max_body;
     double started_at;

@@ -2,7 +2,8 @@
  * router call already expires lazily, but a quiet router would hold a lost
  * request's load and its block sets until the next call) and the HTTP
  * request deadline (http_conns.h: connections waiting too long for their
- * request are closed). */
+ * request are closed); and memory given back once the index drained
+ * (trim.h). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 
 #include "server/http_conns.h"
 #include "server/server_internal.h"
+#include "server/trim.h"
 #include "util/clock.h"
 
 struct kvr_sweeper {
@@ -33,6 +35,8 @@ static void *sweep_loop(void *arg)
             pthread_mutex_unlock(&sw->mu);
             kvr_router_sweep(sw->srv->router);
             kvr_conns_sweep(sw->srv->conns, kvr_clock_mono());
+            kvr_trim_check(&sw->srv->trim, kvr_indexer_heap_bytes(sw->srv->ix),
+                           kvr_clock_mono());
             pthread_mutex_lock(&sw->mu);
         }
     }
