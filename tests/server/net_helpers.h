@@ -147,6 +147,30 @@ static inline void th_engine_stop(th_engine *e)
     pthread_mutex_destroy(&e->mu);
 }
 
+/* The engine's replay behaviour and what its replay thread saw, under its
+ * mutex (the replay thread reads and writes them under it). */
+static inline void th_engine_set_mute(th_engine *e, bool mute)
+{
+    pthread_mutex_lock(&e->mu);
+    e->mute = mute;
+    pthread_mutex_unlock(&e->mu);
+}
+
+static inline void th_engine_set_history_floor(th_engine *e, uint64_t floor)
+{
+    pthread_mutex_lock(&e->mu);
+    e->history_floor = floor;
+    pthread_mutex_unlock(&e->mu);
+}
+
+static inline uint64_t th_engine_last_replay_start(th_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    uint64_t v = e->last_replay_start;
+    pthread_mutex_unlock(&e->mu);
+    return v;
+}
+
 /* Waits for a subscriber to join (XPUB delivers the subscription). */
 static inline bool th_engine_wait_sub(th_engine *e, int timeout_ms)
 {

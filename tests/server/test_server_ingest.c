@@ -297,9 +297,7 @@ static void test_gap_recovered_by_replay(void **state)
     assert_int_equal(th_counter(f->base, 30, "m", "rank_clears"), 0);
     /* seq 2 came both live (buffered) and in the replay: applied once. */
     assert_int_equal(th_counter(f->base, 30, "m", "duplicates_skipped"), 1);
-    pthread_mutex_lock(&e.mu); /* the replay thread writes it */
-    assert_int_equal(e.last_replay_start, 1);
-    pthread_mutex_unlock(&e.mu);
+    assert_int_equal(th_engine_last_replay_start(&e), 1);
     /* Live flow continues after the replay. */
     chain d;
     make_chain(&d, 1100, 11000, 1);
@@ -362,7 +360,7 @@ static void test_replay_starting_later_clears(void **state)
     assert_int_equal(th_wait_score(f->base, "m", old.local, 1, 31, 0, BS, WAIT), BS);
     send_store(&e, 1, &c, 0, 1, false);
     send_store(&e, 2, &c, 1, 1, false);
-    e.history_floor = 2; /* seq 1 fell out of the engine's ring */
+    th_engine_set_history_floor(&e, 2); /* seq 1 fell out of the engine's ring */
     chain d;
     make_chain(&d, 1400, 14000, 1);
     send_store(&e, 3, &d, 0, 1, true);
@@ -383,7 +381,7 @@ static void test_replay_timeout_counts_loss(void **state)
     fixture *f = *state;
     th_engine e;
     th_engine_start(&e);
-    e.mute = true;
+    th_engine_set_mute(&e, true);
     reg(f, 32, 0, &e, true, NULL);
     assert_true(th_engine_wait_sub(&e, WAIT));
     chain old, d;
@@ -415,9 +413,7 @@ static void test_first_message_replays_from_zero(void **state)
     assert_true(th_engine_wait_sub(&e, WAIT));
     send_store(&e, 2, &c, 2, 1, true);
     assert_int_equal(th_wait_score(f->base, "m", c.local, 3, 33, 0, 3 * BS, WAIT), 3 * BS);
-    pthread_mutex_lock(&e.mu);
-    assert_int_equal(e.last_replay_start, 0);
-    pthread_mutex_unlock(&e.mu);
+    assert_int_equal(th_engine_last_replay_start(&e), 0);
     assert_int_equal(th_counter(f->base, 33, "m", "replays_ok"), 1);
     th_engine_stop(&e);
 }
@@ -500,7 +496,7 @@ static void test_silent_engines_do_not_block(void **state)
     th_engine stuck, ok;
     th_engine_start(&stuck);
     th_engine_start(&ok);
-    stuck.mute = true;
+    th_engine_set_mute(&stuck, true);
     reg(f, 41, 0, &stuck, true, NULL);
     reg(f, 42, 0, &ok, false, NULL);
     assert_true(th_engine_wait_sub(&stuck, WAIT));
