@@ -47,14 +47,15 @@ asan-test: deps
 # the uninstrumented libzmq are suppressed (tests/tsan.supp), nothing else.
 TSAN_TESTS := test_indexer_concurrency test_tree_model test_source test_registry \
               test_route_select test_server_ingest test_source_faults test_http_limits \
-              test_auth test_discovery test_cluster_replicas
+              test_auth test_discovery test_cluster_replicas test_descriptors \
+              test_memory_trim test_cluster_restart
 TSAN_BUILD ?= build-tsan
 empty :=
 space := $(empty) $(empty)
 tsan-test: deps
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVR_TSAN=ON >/dev/null
 	cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TESTS)
-	cd $(TSAN_BUILD) && TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp halt_on_error=1 second_deadlock_stack=1" \
+	cd $(TSAN_BUILD) && TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp halt_on_error=1 second_deadlock_stack=1 history_size=7" \
 	  ctest --output-on-failure -j $(JOBS) -R '^($(subst $(space),|,$(TSAN_TESTS)))$$'
 
 # libFuzzer targets (fuzz/): each runs FUZZ_SECONDS from the seeds in

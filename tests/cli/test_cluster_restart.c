@@ -17,8 +17,8 @@
 typedef struct {
     th_engine e;
     pthread_t thread;
-    volatile bool stop, pause;
-    volatile uint64_t seq; /* next sequence number */
+    _Atomic bool stop, pause; /* set by the test while the feeder runs */
+    uint64_t seq;             /* next sequence number (the feeder's) */
 } feeder;
 
 /* Chains of 3 blocks under a shared root block, one batch every 20 ms;
