@@ -5,7 +5,8 @@
  * /metrics; never a 400 blaming the endpoint (the old server's answer, after
  * which accepting HTTP connections stalled). HTTP keeps accepting many
  * connections at once, and a worker that leaves makes room again. Its own
- * executable: it lowers the process's limit. */
+ * executable: it lowers the process's hard limit too (for good: the server
+ * raises the soft limit to the hard one at start). */
 #include "test_support.h"
 
 #include <sys/resource.h>
@@ -32,7 +33,7 @@ static void test_out_of_descriptors_is_a_503_and_http_keeps_accepting(void **sta
     struct rlimit rl;
     assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
     assert_true(rl.rlim_max >= SOFT_LIMIT);
-    rl.rlim_cur = SOFT_LIMIT;
+    rl.rlim_cur = rl.rlim_max = SOFT_LIMIT;
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
 
     kvr_server_config cfg;
