@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "kvrouter/log.h"
+#include "server/auth.h"
 #include "server/json_util.h"
 #include "server/server_internal.h"
 
@@ -109,14 +110,17 @@ int kvr_server_cluster_start(kvr_server *srv, const kvr_server_config *cfg, char
     return 0;
 }
 
-/* GET base/ready answers 200 within a second. */
-static bool peer_ready(const char *base)
+/* GET base/ready answers 200 within a second (with the peer token: under
+ * --auth all /ready needs it). */
+static bool peer_ready(kvr_server *srv, const char *base)
 {
     char url[KVR_CLUSTER_URL_MAX + 16];
     snprintf(url, sizeof url, "%s/ready", base);
     CURL *h = curl_easy_init();
     if (!h)
         return false;
+    struct curl_slist *headers = kvr_server_peer_headers(srv, NULL);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_NOBODY, 0L);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
@@ -126,6 +130,7 @@ static bool peer_ready(const char *base)
     if (curl_easy_perform(h) == CURLE_OK)
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
     curl_easy_cleanup(h);
+    curl_slist_free_all(headers);
     return code == 200;
 }
 
@@ -137,7 +142,7 @@ bool kvr_server_recover_from_cluster(kvr_server *srv)
     size_t n = kvr_cluster_peers(srv->cluster, peers, 8);
     for (size_t i = 0; i < n; i++) {
         const char *url = peers[i].url;
-        if (!peer_ready(url))
+        if (!peer_ready(srv, url))
             continue;
         char e[320];
         if (kvr_server_recover_from_peer(srv, url, e, sizeof e) != 0) {

@@ -154,7 +154,11 @@ static void test_per_address_limit_leaves_other_addresses_alone(void **state)
     assert_true(closed >= 0);
     for (int i = 0; i < 2; i++) /* another address has its own two */
         assert_true((b[i] = sc_open(port, "127.0.0.2", sc_partial_headers)) >= 0);
-    close(a[closed == 0 ? 1 : 0]);
+    /* closed once only: a second close could hit a descriptor the server
+     * (same process) took meanwhile, and libmicrohttpd aborts on it */
+    int gone = closed == 0 ? 1 : 0;
+    close(a[gone]);
+    a[gone] = -1;
     /* a slot for 127.0.0.1 again (each refused try counts too) */
     assert_true(wait_metric(base,
                             "kvr_http_connections_refused_total{limit=\"max_connections_per_ip\"}",
@@ -162,7 +166,8 @@ static void test_per_address_limit_leaves_other_addresses_alone(void **state)
     for (int i = 0; i < 2; i++)
         assert_true(sc_open_now(b[i]));
     for (int i = 0; i < 3; i++)
-        close(a[i]);
+        if (a[i] >= 0)
+            close(a[i]);
     for (int i = 0; i < 2; i++)
         close(b[i]);
     kvr_server_stop(srv);

@@ -56,7 +56,7 @@ static void test_rss_comes_back_after_the_index_drains(void **state)
     assert_true(th_metric(base, "kvr_index_blocks{model=\"m\",group=\"default\"}") == 0);
     assert_true(churn_status_mib("VmHWM") > 2 * before); /* the churn did grow it */
     /* the housekeeping (once a second) gives the freed pages back */
-    double end = th_now() + 20, rss;
+    double end = th_now() + 30, rss;
     while ((rss = churn_status_mib("VmRSS")) > 2 * before && th_now() < end)
         th_sleep_ms(50);
     fprintf(stderr, "RSS before %.1f MiB, peak %.1f, after %.1f\n", before,
