@@ -9,6 +9,7 @@
 
 #include "kvrouter/log.h"
 #include "util/clock.h"
+#include "util/grow.h"
 #include "util/u64map.h"
 
 typedef struct conn_rec {
@@ -19,10 +20,25 @@ typedef struct conn_rec {
     bool shut;            /* the sweep shut it down already */
 } conn_rec;
 
+/* A connection the accept policy let in whose NOTIFY_STARTED has not come
+ * yet: counted against the limits from the accept on, since the pool's
+ * threads accept concurrently (two checks before either start would let
+ * both in). */
+typedef struct {
+    uint64_t ip;
+    double since; /* monotonic s; dropped by the sweep if it never starts */
+} pending_rec;
+
+/* A pending connection older than this never started (libmicrohttpd
+ * failed to set it up after the accept policy): its slot is given back. */
+#define KVR_CONN_PENDING_MAX_S 10.0
+
 struct kvr_conns {
     pthread_mutex_t mu;
     conn_rec *head;
-    kvr_u64map per_ip; /* address key -> connections open from it */
+    pending_rec *pending;
+    size_t n_pending, cap_pending;
+    kvr_u64map per_ip; /* address key -> connections open or pending from it */
     size_t max, max_per_ip;
     double timeout_s;
     kvr_conn_stats st;
@@ -59,6 +75,7 @@ void kvr_conns_destroy(kvr_conns *c)
         c->head = r->next;
         free(r);
     }
+    free(c->pending);
     kvr_u64map_free(&c->per_ip);
     pthread_mutex_destroy(&c->mu);
     free(c);
@@ -96,12 +113,17 @@ enum MHD_Result kvr_conns_accept(void *cls, const struct sockaddr *addr, socklen
     uint64_t ip = address_key(addr);
     pthread_mutex_lock(&c->mu);
     int refused = -1;
-    if (c->st.open >= c->max)
+    if (c->st.open + c->n_pending >= c->max)
         refused = KVR_CONN_REFUSED_MAX;
     else if (c->max_per_ip && open_from(c, ip) >= c->max_per_ip)
         refused = KVR_CONN_REFUSED_PER_IP;
-    if (refused >= 0)
+    if (refused >= 0) {
         c->st.refused[refused]++;
+    } else if (KVR_GROW(c->pending, c->cap_pending, c->n_pending + 1) == 0) {
+        /* (out of memory: let in, uncounted until it starts) */
+        c->pending[c->n_pending++] = (pending_rec){ip, kvr_clock_mono()};
+        kvr_u64map_put(&c->per_ip, ip, open_from(c, ip) + 1);
+    }
     size_t limit = refused == KVR_CONN_REFUSED_MAX ? c->max : c->max_per_ip;
     pthread_mutex_unlock(&c->mu);
     if (refused < 0)
@@ -113,6 +135,28 @@ enum MHD_Result kvr_conns_accept(void *cls, const struct sockaddr *addr, socklen
     return MHD_NO;
 }
 
+/* One connection fewer from ip. Under the mutex. */
+static void uncount(kvr_conns *c, uint64_t ip)
+{
+    uint64_t n = open_from(c, ip);
+    if (n > 1)
+        kvr_u64map_put(&c->per_ip, ip, n - 1);
+    else
+        kvr_u64map_del(&c->per_ip, ip, NULL);
+}
+
+/* Takes the pending slot of a connection from ip; false when there is none
+ * (its accept could not record it). Under the mutex. */
+static bool take_pending(kvr_conns *c, uint64_t ip)
+{
+    for (size_t i = c->n_pending; i-- > 0;)
+        if (c->pending[i].ip == ip) {
+            c->pending[i] = c->pending[--c->n_pending];
+            return true;
+        }
+    return false;
+}
+
 static void started(kvr_conns *c, struct MHD_Connection *conn, void **socket_context)
 {
     const union MHD_ConnectionInfo *fd_info =
@@ -120,21 +164,26 @@ static void started(kvr_conns *c, struct MHD_Connection *conn, void **socket_con
     const union MHD_ConnectionInfo *addr_info =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     conn_rec *r = calloc(1, sizeof *r);
+    uint64_t ip = address_key(addr_info ? addr_info->client_addr : NULL);
     pthread_mutex_lock(&c->mu);
+    bool counted = take_pending(c, ip); /* per_ip holds it since the accept */
     c->st.open++;
     c->st.accepted++;
     if (c->st.open > c->st.peak)
         c->st.peak = c->st.open;
     if (r) {
         r->fd = fd_info ? fd_info->connect_fd : -1;
-        r->ip = address_key(addr_info ? addr_info->client_addr : NULL);
+        r->ip = ip;
         r->waiting_since = kvr_clock_mono();
         r->next = c->head;
         if (c->head)
             c->head->prev = r;
         c->head = r;
         /* Out of memory here only loses this address's count. */
-        kvr_u64map_put(&c->per_ip, r->ip, open_from(c, r->ip) + 1);
+        if (!counted)
+            kvr_u64map_put(&c->per_ip, ip, open_from(c, ip) + 1);
+    } else if (counted) {
+        uncount(c, ip); /* closed() will not know its address */
     }
     pthread_mutex_unlock(&c->mu);
     *socket_context = r;
@@ -151,11 +200,7 @@ static void closed(kvr_conns *c, conn_rec *r)
             c->head = r->next;
         if (r->next)
             r->next->prev = r->prev;
-        uint64_t n = open_from(c, r->ip);
-        if (n > 1)
-            kvr_u64map_put(&c->per_ip, r->ip, n - 1);
-        else
-            kvr_u64map_del(&c->per_ip, r->ip, NULL);
+        uncount(c, r->ip);
     }
     pthread_mutex_unlock(&c->mu);
     free(r);
@@ -205,6 +250,11 @@ size_t kvr_conns_sweep(kvr_conns *c, double now)
 {
     size_t n = 0;
     pthread_mutex_lock(&c->mu);
+    for (size_t i = c->n_pending; i-- > 0;)
+        if (now - c->pending[i].since > KVR_CONN_PENDING_MAX_S) {
+            uncount(c, c->pending[i].ip);
+            c->pending[i] = c->pending[--c->n_pending];
+        }
     for (conn_rec *r = c->head; r; r = r->next) {
         if (r->shut || r->waiting_since < 0 || now - r->waiting_since < c->timeout_s ||
             r->fd < 0)

@@ -4,7 +4,8 @@
  * connection has waited for its next request, and enforces three bounds:
  * - max_connections open at once, and max_per_ip from one client address:
  *   one more is closed as it is accepted (the accept policy below) and
- *   counted by the limit it hit — closing costs nothing, whereas a 503 would
+ *   counted by the limit it hit (a connection counts from its accept on: the
+ *   pool's threads accept at once, and each must see the others' accepts) — closing costs nothing, whereas a 503 would
  *   have to read a request from a client that may be the one attacking;
  * - a request must arrive in full within timeout_s of the connection's accept
  *   or of its previous reply: kvr_conns_sweep shuts down the socket of a
