@@ -299,7 +299,8 @@ static size_t pick_argmin(kvr_router *r, kvr_route_cost *c, size_t n, size_t *ti
 
 /* ttft: the candidates within tie_tolerance of the lowest predicted TTFT
  * (and within KVR_ROUTE_TIE_MAX_S of it: a long prompt's 5 % is too long a
- * wait to give away) are as good as the model can tell (its rates and
+ * wait to give away; past 1 s within KVR_ROUTE_TIE_MAX_S / cost^2) are as
+ * good as the model can tell (its rates and
  * slowdowns are estimates),
  * provided they give up at most tie_tolerance of the request's tokens of
  * cache against the best of them; among those the one with the least
@@ -328,6 +329,12 @@ static size_t pick_balanced(kvr_router *r, kvr_route_cost *c, size_t n, double t
     double window = c[best].cost * tol;
     if (window > KVR_ROUTE_TIE_MAX_S)
         window = KVR_ROUTE_TIE_MAX_S;
+    /* Past a second, the wait the request may give away shrinks with the
+     * square of its cost (4 s: 6 ms): the largest prompts set the TTFT
+     * tail, and spreading them buys less than it costs there. */
+    double tail = KVR_ROUTE_TIE_MAX_S / (c[best].cost * c[best].cost);
+    if (c[best].cost > 1.0 && window > tail)
+        window = tail;
     double limit = c[best].cost + window + 1e-12, most = c[best].credit;
     for (size_t i = 0; i < n; i++)
         if (c[i].cost <= limit && c[i].credit > most)

@@ -313,6 +313,40 @@ static void test_near_ties_go_to_least_recent_work(void **state)
     }
 }
 
+/* A long request ties less: at 250 tokens/s the 1024-token prompt takes
+ * 4.096 s, 4.064 s on worker 1 (2 blocks cached): 32 ms apart, inside 5 %
+ * and 0.1 s but not inside 0.1 s / 4.064^2 = 6 ms, so worker 1 takes every
+ * such request (the largest prompts set the TTFT tail: a worker 32 ms
+ * slower for them is 32 ms on the p99). */
+static void slow_prefill(kvr_router_config *c)
+{
+    c->recompute_weight = 0;
+    c->prefill_tps = 250;
+    c->learn_prefill_rate = false;
+}
+
+static void test_long_requests_tie_less(void **state)
+{
+    (void)state;
+    fx *f = make_with(slow_prefill);
+    worker_with(f, 1, 2);
+    worker_with(f, 2, 0);
+    worker_with(f, 3, 0);
+    for (int i = 0; i < 3; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "l%d", i);
+        kvr_route_decision d = route_n(f, id, N, 0);
+        assert_true(near(cost_of(&d, 1)->cost, 1016 / 250.0));
+        assert_true(near(cost_of(&d, 2)->cost, 1024 / 250.0));
+        assert_int_equal(d.worker_id, 1);
+        assert_int_equal(d.reason, KVR_REASON_BEST_COST);
+        kvr_route_decision_free(&d);
+        assert_int_equal(kvr_router_prefill_done(f->r, id), KVR_ROUTE_OK);
+        assert_int_equal(kvr_router_release(f->r, id), KVR_ROUTE_OK);
+    }
+    done(f);
+}
+
 /* The decode slowdown is fitted from the rate samples: 40 requests of 1024
  * tokens, each alone on worker 1 while 0, 16, 32, 48 or 64 decodes of 1024
  * context tokens run there, take 1024 x (1 + 2e-5 x context) / 1e4 s. The
@@ -550,6 +584,7 @@ int main(void)
         cmocka_unit_test(test_recompute_weight_keeps_cache),
         cmocka_unit_test(test_copies_count_one_over_holders),
         cmocka_unit_test(test_near_ties_go_to_least_recent_work),
+        cmocka_unit_test(test_long_requests_tie_less),
         cmocka_unit_test(test_rate_learned_from_prefill_done),
         cmocka_unit_test(test_no_learning_keeps_configured_rate),
         cmocka_unit_test(test_decode_slowdown_fitted),
