@@ -42,11 +42,11 @@ asan-test: deps
 
 # The tests that run threads, under ThreadSanitizer: the index's readers and
 # writer, the ingest thread with its sources and the registry, the server's
-# HTTP threads and housekeeping, the router under concurrent requests,
+# HTTP threads and housekeeping, the router under concurrent requests and settings swaps,
 # discovery's poll thread, replicas over a real nats-server. Races inside
 # the uninstrumented libzmq are suppressed (tests/tsan.supp), nothing else.
 TSAN_TESTS := test_indexer_concurrency test_tree_model test_source test_registry \
-              test_route_select test_server_ingest test_source_faults test_http_limits \
+              test_route_select test_route_options test_server_ingest test_source_faults test_http_limits \
               test_auth test_discovery test_cluster_replicas test_descriptors test_memory_trim
 TSAN_BUILD ?= build-tsan
 empty :=

@@ -4,6 +4,7 @@
  * And settings swapped into a running router (kvr_router_set_config). */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 
 #include "route_test_util.h"
@@ -200,6 +201,7 @@ static void test_set_config_applies_reloadable_settings(void **state)
 typedef struct {
     kvr_router *r;
     int n_ok;
+    atomic_bool done;
 } swap_arg;
 
 static void *route_and_free_loop(void *p)
@@ -215,6 +217,7 @@ static void *route_and_free_loop(void *p)
         }
         kvr_route_decision_free(&d);
     }
+    atomic_store(&a->done, true);
     return NULL;
 }
 
@@ -236,10 +239,10 @@ static void test_set_config_while_routing(void **state)
     kvr_router *r = kvr_router_create(ix, &a);
     rt_register(ix, 1, BS, KVR_MM_LEGACY, -1, false, NULL);
     rt_register(ix, 2, BS, KVR_MM_LEGACY, -1, false, NULL);
-    swap_arg arg = {r, 0};
+    swap_arg arg = {r, 0, false};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, route_and_free_loop, &arg), 0);
-    for (int i = 0; i < 200; i++)
+    for (int i = 0; i < 200 || !atomic_load(&arg.done); i++)
         assert_true(kvr_router_set_config(r, i % 2 ? &a : &b) > 0);
     pthread_join(th, NULL);
     assert_int_equal(arg.n_ok, 400);
