@@ -234,7 +234,7 @@ static size_t try_int_array(fast_state *st, const char *p, const char *end)
     size_t first = st->n_vals;
     bool big = false, any_neg = false;
     for (;;) {
-        uint64_t v;
+        uint64_t v = 0; /* set on every path; -O1 cannot tell */
         unsigned n = end - s >= 8 ? digits8(s, &v) : 0;
         if (n > 0 && n < 8 && (n == 1 || *s != '0')) {
             s += n; /* 0 <= v < 10^7: not big, not negative */
