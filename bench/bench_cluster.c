@@ -1,8 +1,9 @@
 /* Replica benchmark (SPEC §10; not a ctest: performance is measured by a
  * command). Starts its own nats-server (JetStream, a temporary store).
  *
- *   bench_cluster propagation [n]
- *       two in-process replicas A and B, 4 engine doubles: n times, POST
+ *   bench_cluster propagation [n] [gap_ms]
+ *       two in-process replicas A and B, 4 engine doubles: n times (each
+ *       change gap_ms after the previous one was seen, default 0), POST
  *       /route on A (pinned, booked) and poll B's router until it counts the
  *       booking, then POST /free on A and poll until B drops it; then n/10
  *       registrations and unregistrations on A until B's registry has them.
@@ -110,7 +111,7 @@ static bool workers_are(void *arg)
     return kvr_registry_workers(kvr_server_registry(p->b)) == p->workers;
 }
 
-static int propagation(int n)
+static int propagation(int n, int gap_ms)
 {
     th_nats nats;
     if (!th_nats_start(&nats))
@@ -140,6 +141,8 @@ static int propagation(int n)
                  "\"request_id\":\"r%d\",\"worker_id\":%" PRIu64 "}",
                  i, i, p.worker);
         snprintf(url, sizeof url, "%s/route", base_a);
+        if (gap_ms)
+            usleep((useconds_t)gap_ms * 1000);
         double t0 = th_now();
         if (th_http("POST", url, body, strlen(body), NULL) != 200)
             return 1;
@@ -148,6 +151,8 @@ static int propagation(int n)
         p.want--;
         snprintf(body, sizeof body, "{\"request_id\":\"r%d\"}", i);
         snprintf(url, sizeof url, "%s/free", base_a);
+        if (gap_ms)
+            usleep((useconds_t)gap_ms * 1000);
         t0 = th_now();
         if (th_http("POST", url, body, strlen(body), NULL) != 200)
             return 1;
@@ -176,6 +181,8 @@ static int propagation(int n)
         rq.has_worker_id = true;
         rq.worker_id = p.worker;
         kvr_route_decision d;
+        if (gap_ms)
+            usleep((useconds_t)gap_ms * 1000);
         double t0 = th_now();
         if (kvr_route(kvr_server_router(a), &rq, &d) != KVR_ROUTE_OK)
             return 1;
@@ -351,7 +358,7 @@ static int restart(const char *bin, int workers, uint32_t blocks)
 int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "propagation") == 0)
-        return propagation(argc > 2 ? atoi(argv[2]) : 1000);
+        return propagation(argc > 2 ? atoi(argv[2]) : 1000, argc > 3 ? atoi(argv[3]) : 0);
     if (argc >= 3 && strcmp(argv[1], "restart") == 0)
         return restart(argv[2], argc > 3 ? atoi(argv[3]) : 64,
                        argc > 4 ? (uint32_t)atol(argv[4]) : 1u << 20);

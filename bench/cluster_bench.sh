@@ -14,7 +14,10 @@ export PORT=$((20000 + $$ % 20000))
 BPORT=$((PORT + 2)); NPORT=$((PORT + 3))
 nats-server -js -a 127.0.0.1 -p $NPORT -sd "$DIR/js" >"$DIR/nats.log" 2>&1 &
 NATS=$!
+# B's --cluster-url answers nothing, so A never takes B (which indexes nothing)
+# as its ready peer: A recovers its caches from the fixture's peer either way.
 "$BUILD/kvrouter" serve --listen 127.0.0.1:$BPORT --nats nats://127.0.0.1:$NPORT --cluster bench \
+    --cluster-url http://127.0.0.1:1 \
     --router-opt booking_ttl_s=2 >"$DIR/b.log" 2>&1 &
 B=$!
 trap 'kill $B 2>/dev/null; sleep 0.3; kill $NATS 2>/dev/null; rm -rf "$DIR"' EXIT

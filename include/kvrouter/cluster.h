@@ -26,7 +26,8 @@
  *   kvr.<cluster>.bookings, MaxAge = booking_ttl_s, MaxBytes =
  *   stream_max_bytes). The router's booking hook (route.h) queues this
  *   replica's changes; a flusher publishes them in batches of at most
- *   batch_max_events events or batch_max_delay_us after the first one.
+ *   batch_max_events events, at most one batch per batch_max_delay_us
+ *   counted from the last one (a change after a quiet spell goes at once).
  *   An ordered consumer reads every batch from the start of the stream
  *   (so a starting replica begins with the fleet's load) and hands the
  *   other replicas' events to kvr_router_apply_peer. A batch this process

@@ -330,7 +330,7 @@ static const kvr_option serve_rows[] = {
     NUM("cluster_startup_timeout_ms", KVR_OPT_U32, server.cluster.startup_timeout_ms, 1,
         3600000, "MS", "how long a starting replica waits for NATS and the cluster's state"),
     NUM("cluster_batch_delay_us", KVR_OPT_U32, server.cluster.batch_max_delay_us, 1, 1000000,
-        "US", "a booking batch goes at the latest this long after its first event"),
+        "US", "booking batches go at most one per this interval (none waits longer)"),
     CUSTOM("router_opt", "KEY=VALUE", "router setting (repeatable); keys below", set_router_opt,
            NULL, .flags = KVR_OPT_NO_CONFIG),
     CUSTOM("router", NULL, "object of router settings (keys below)", NULL, set_router_json,

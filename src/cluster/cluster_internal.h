@@ -155,8 +155,8 @@ typedef struct {
     double max_delay_s;
     cl_buf filling;     /* events only */
     uint32_t n_filling;
-    double first_at;    /* monotonic time of the filling batch's first event */
-    double last_event;  /* monotonic time of the change before the last */
+    double due_at;      /* monotonic time the filling batch is to go */
+    double last_sent;   /* monotonic time the last batch was sealed */
     void *ready, *ready_tail; /* sealed batches, oldest first (outbox.c) */
     uint32_t n_ready;
     bool enabled;       /* false while NATS is down: events are counted, not kept */

@@ -86,6 +86,17 @@ static void on_async_error(natsConnection *nc, natsSubscription *sub, natsStatus
 
 cl_nats *cl_nats_open(const char *url, const cl_nats_events *ev, char *err, size_t err_len)
 {
+    /* cnats spins up to 2,000 trylocks on a busy mutex before it blocks
+     * (its default): between the flusher, its read loop and the delivery
+     * thread that was ~10 % of a /route's instructions (callgrind, see
+     * README). The first call in a process, before any connection, is the
+     * one that counts; later ones change nothing and return OK
+     * (ILLEGAL_STATE: another thread is opening the library meanwhile). */
+    natsStatus open = nats_Open(0);
+    if (open != NATS_OK && open != NATS_ILLEGAL_STATE) {
+        set_err(err, err_len, "cnats initialisation", open);
+        return NULL;
+    }
     cl_nats *n = calloc(1, sizeof *n);
     if (!n) {
         snprintf(err, err_len, "out of memory");

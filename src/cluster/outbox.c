@@ -1,11 +1,12 @@
 /* This replica's booking changes on their way to the stream. The router's
  * hook (under the router's lock) appends each change to the batch being
  * filled; a batch is due when it holds max_events events or max_bytes, or
- * max_delay_s after its first event — or at once when that first event
- * comes max_delay_s after the change before it (a lone booking does
- * not wait for company that is not coming) — and the flusher thread takes
- * it and publishes it without any lock held. So a /route pays for one
- * msgpack encoding, never for the broker.
+ * max_delay_s after the batch before it was sealed (at once when that was
+ * longer ago: a lone booking does not wait for company that is not
+ * coming, and under load batches still go at most one per max_delay_s,
+ * none of their events waiting longer than that) — and the flusher thread
+ * takes it and publishes it without any lock held. So a /route pays for
+ * one msgpack encoding, never for the broker.
  *
  * While NATS is down the outbox is disabled: changes are counted as not
  * published instead of piling up, and the load view is local (SPEC §10).
@@ -89,6 +90,7 @@ static void seal(cl_outbox *o)
     rb->n = o->n_filling;
     memset(&o->filling, 0, sizeof o->filling);
     o->n_filling = 0;
+    o->last_sent = kvr_clock_mono();
     if (o->ready_tail)
         ((ready_batch *)o->ready_tail)->next = rb;
     else
@@ -108,14 +110,13 @@ void cl_outbox_hook(void *user, const kvr_booking_event *ev)
         atomic_fetch_add(&o->dropped, 1);
     } else {
         bool now_due = false;
-        double now = kvr_clock_mono();
         if (o->n_filling++ == 0) {
-            o->first_at = now;
-            /* After a quiet spell the first change goes at once: batching
-             * pays only when changes come faster than max_delay_s. */
-            now_due = now - o->last_event >= o->max_delay_s;
+            /* Paced from the last batch, not from this event: a change
+             * after a quiet spell goes at once, and batching pays only
+             * when changes come faster than max_delay_s. */
+            o->due_at = o->last_sent + o->max_delay_s;
+            now_due = kvr_clock_mono() >= o->due_at;
         }
-        o->last_event = now;
         bool full = o->n_filling >= o->max_events || o->filling.len >= o->max_bytes;
         if (now_due || full)
             seal(o);
@@ -142,7 +143,7 @@ bool cl_outbox_take(cl_outbox *o, cl_buf *events, uint32_t *n)
     pthread_mutex_lock(&o->mu);
     for (;;) {
         if (!ready_head(o) && o->n_filling &&
-            (o->stop || kvr_clock_mono() >= o->first_at + o->max_delay_s))
+            (o->stop || kvr_clock_mono() >= o->due_at))
             seal(o);
         if (ready_head(o)) {
             ready_batch *rb = ready_head(o);
@@ -162,7 +163,7 @@ bool cl_outbox_take(cl_outbox *o, cl_buf *events, uint32_t *n)
             return false;
         }
         if (o->n_filling) {
-            struct timespec ts = cl_deadline(o->first_at + o->max_delay_s - kvr_clock_mono());
+            struct timespec ts = cl_deadline(o->due_at - kvr_clock_mono());
             pthread_cond_timedwait(&o->cv, &o->mu, &ts);
         } else {
             o->flusher_idle = true;
