@@ -50,6 +50,7 @@ kvr_sweeper *kvr_sweeper_start(kvr_server *srv)
     if (!sw)
         return NULL;
     sw->srv = srv;
+    kvr_trim_start(&srv->trim); /* before the thread: the floor is the RSS at start */
     pthread_mutex_init(&sw->mu, NULL);
     pthread_cond_init(&sw->cv, NULL);
     if (pthread_create(&sw->thread, NULL, sweep_loop, sw) != 0) {

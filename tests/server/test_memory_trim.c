@@ -18,20 +18,39 @@ static void test_trim_only_after_a_drain_and_at_most_every_interval(void **state
     (void)state;
     kvr_trim_state t = {0};
     /* growing, then a small index shrinking: no trim */
-    assert_false(kvr_trim_due(&t, 4 * MIB, 100));
-    assert_false(kvr_trim_due(&t, 7 * MIB, 101));
-    assert_false(kvr_trim_due(&t, 1 * MIB, 102)); /* 6 MiB freed: below the minimum */
+    assert_false(kvr_trim_due(&t, 4 * MIB, 0, 100));
+    assert_false(kvr_trim_due(&t, 7 * MIB, 0, 101));
+    assert_false(kvr_trim_due(&t, 1 * MIB, 0, 102)); /* 6 MiB freed: below the minimum */
     /* a large index halving */
-    assert_false(kvr_trim_due(&t, 64 * MIB, 103));
-    assert_false(kvr_trim_due(&t, 40 * MIB, 104)); /* not half yet */
-    assert_true(kvr_trim_due(&t, 30 * MIB, 105));
+    assert_false(kvr_trim_due(&t, 64 * MIB, 0, 103));
+    assert_false(kvr_trim_due(&t, 40 * MIB, 0, 104)); /* not half yet */
+    assert_true(kvr_trim_due(&t, 30 * MIB, 0, 105));
     assert_true(kvr_trim_check(&t, 0, 105)); /* trims, and the high mark restarts */
     assert_int_equal(atomic_load(&t.trims), 1);
     assert_int_equal(t.high, 0);
     /* within the interval nothing, after it again */
-    assert_false(kvr_trim_due(&t, 64 * MIB, 106));
-    assert_false(kvr_trim_due(&t, 0, 106 + KVR_TRIM_INTERVAL_S / 2));
-    assert_true(kvr_trim_due(&t, 0, 106 + KVR_TRIM_INTERVAL_S));
+    assert_false(kvr_trim_due(&t, 64 * MIB, 0, 106));
+    assert_false(kvr_trim_due(&t, 0, 0, 106 + KVR_TRIM_INTERVAL_S / 2));
+    assert_true(kvr_trim_due(&t, 0, 0, 106 + KVR_TRIM_INTERVAL_S));
+}
+
+/* A peak between two samples: the index is small at both, the process grew
+ * (the pages glibc kept): one trim, and none again until it grows anew. */
+static void test_trim_when_the_process_grew_past_the_index(void **state)
+{
+    (void)state;
+    kvr_trim_state t = {0};
+    assert_false(kvr_trim_due(&t, 0, 16 * MIB, 100)); /* the first sample sets the floor */
+    assert_int_equal(t.rss_floor, 16 * MIB);
+    assert_false(kvr_trim_due(&t, 0, 20 * MIB, 101));       /* grew less than the minimum */
+    assert_false(kvr_trim_due(&t, 20 * MIB, 52 * MIB, 102)); /* the index holds the growth */
+    assert_true(kvr_trim_due(&t, 1 * MIB, 60 * MIB, 103));   /* it does not: freed pages */
+    t.last = 103;
+    t.high = 1 * MIB;
+    t.rss_floor = 40 * MIB; /* what the trim left (held by something else) */
+    assert_false(kvr_trim_due(&t, 1 * MIB, 40 * MIB, 103 + KVR_TRIM_INTERVAL_S));
+    assert_false(kvr_trim_due(&t, 1 * MIB, 60 * MIB, 104)); /* within the interval */
+    assert_true(kvr_trim_due(&t, 1 * MIB, 60 * MIB, 104 + KVR_TRIM_INTERVAL_S));
 }
 
 static void test_rss_comes_back_after_the_index_drains(void **state)
@@ -71,6 +90,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_trim_only_after_a_drain_and_at_most_every_interval),
+        cmocka_unit_test(test_trim_when_the_process_grew_past_the_index),
         cmocka_unit_test(test_rss_comes_back_after_the_index_drains),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
