@@ -540,4 +540,25 @@ static inline long th_register(const char *base, const char *json_body, json_t *
     return st;
 }
 
+/* Registers instance id (model "m", block size 4) at e's endpoint over HTTP,
+ * waits for its subscription, stores one block of tokens 1..4 (engine hash
+ * 11) and waits until /query scores it. *local gets the block's local hash.
+ * Returns the score (4 once indexed), or -1 when the registration failed. */
+static inline long th_index_one_block(const char *base, th_engine *e, uint64_t id,
+                                      uint64_t *local)
+{
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"instance_id\": %llu, \"endpoint\": \"%s\", \"model_name\": \"m\", "
+             "\"block_size\": 4}",
+             (unsigned long long)id, e->endpoint);
+    if (th_register(base, body, NULL) != 201 || !th_engine_wait_sub(e, 10000))
+        return -1;
+    uint64_t tokens[4] = {1, 2, 3, 4}, h = 11;
+    th_local_hashes(tokens, 4, 4, local, 1);
+    kvr_raw_event ev = th_store(&h, 1, 0, tokens, 4);
+    th_send_events(e, 0, &ev, 1, true);
+    return th_wait_score(base, "m", local, 1, id, 0, 4, 10000);
+}
+
 #endif

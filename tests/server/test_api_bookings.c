@@ -10,21 +10,6 @@
 #include "kvrouter/server.h"
 #include "net_helpers.h"
 
-static long long metric(const char *base, const char *line_prefix)
-{
-    char url[256];
-    snprintf(url, sizeof url, "%s/metrics", base);
-    char *text = NULL;
-    assert_int_equal(th_http("GET", url, NULL, 0, &text), 200);
-    long long v = -1;
-    size_t n = strlen(line_prefix);
-    for (char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
-        if (strncmp(line, line_prefix, n) == 0 && line[n] == ' ')
-            v = strtoll(line + n + 1, NULL, 10);
-    free(text);
-    return v;
-}
-
 static void test_lost_free_expires_without_router_calls(void **state)
 {
     (void)state;
@@ -53,16 +38,16 @@ static void test_lost_free_expires_without_router_calls(void **state)
      * plus one block for the partial tail. */
     assert_int_equal(json_integer_value(json_object_get(cost, "new_blocks")), 3);
     json_decref(r);
-    assert_int_equal(metric(base, "kvr_router_bookings_active"), 1);
-    assert_true(metric(base, "kvr_router_held_blocks") > 0);
+    assert_int_equal(th_metric(base, "kvr_router_bookings_active"), 1);
+    assert_true(th_metric(base, "kvr_router_held_blocks") > 0);
 
     /* No router call from here on: only the sweeper can expire it. */
     double deadline = th_now() + 5.0;
-    while (metric(base, "kvr_router_bookings_active") != 0 && th_now() < deadline)
+    while (th_metric(base, "kvr_router_bookings_active") != 0 && th_now() < deadline)
         th_sleep_ms(100);
-    assert_int_equal(metric(base, "kvr_router_bookings_active"), 0);
-    assert_int_equal(metric(base, "kvr_router_bookings_ended_total{reason=\"expired\"}"), 1);
-    assert_int_equal(metric(base, "kvr_router_held_blocks"), 0);
+    assert_int_equal(th_metric(base, "kvr_router_bookings_active"), 0);
+    assert_int_equal(th_metric(base, "kvr_router_bookings_ended_total{reason=\"expired\"}"), 1);
+    assert_int_equal(th_metric(base, "kvr_router_held_blocks"), 0);
 
     r = th_json("POST", base, "/free", "{\"request_id\": \"lost\"}", &st);
     assert_int_equal(st, 404);

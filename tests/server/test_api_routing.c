@@ -11,21 +11,6 @@
 #include "kvrouter/server.h"
 #include "net_helpers.h"
 
-static long long metric(const char *base, const char *line_prefix)
-{
-    char url[256];
-    snprintf(url, sizeof url, "%s/metrics", base);
-    char *text = NULL;
-    assert_int_equal(th_http("GET", url, NULL, 0, &text), 200);
-    long long v = -1;
-    size_t n = strlen(line_prefix);
-    for (char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
-        if (strncmp(line, line_prefix, n) == 0 && line[n] == ' ')
-            v = strtoll(line + n + 1, NULL, 10);
-    free(text);
-    return v;
-}
-
 static kvr_server *start(char *base, size_t cap, uint64_t max_bookings)
 {
     kvr_server_config cfg;
@@ -73,8 +58,8 @@ static void test_max_bookings_is_429_naming_the_limit(void **state)
     assert_non_null(err);
     assert_non_null(strstr(err, "max_bookings"));
     json_decref(r);
-    assert_int_equal(metric(base, "kvr_router_bookings_rejected_total"), 1);
-    assert_int_equal(metric(base, "kvr_router_bookings_active"), 2);
+    assert_int_equal(th_metric(base, "kvr_router_bookings_rejected_total"), 1);
+    assert_int_equal(th_metric(base, "kvr_router_bookings_active"), 2);
     long st = 0;
     json_decref(th_json("POST", base, "/free", "{\"request_id\": \"a\"}", &st));
     assert_int_equal(st, 200);

@@ -36,11 +36,8 @@ static void test_out_of_descriptors_is_a_503_and_http_keeps_accepting(void **sta
     rl.rlim_cur = rl.rlim_max = SOFT_LIMIT;
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
 
-    kvr_server_config cfg;
-    kvr_server_config_default(&cfg);
-    cfg.port = 0;
     char base[64];
-    kvr_server *srv = th_server_start(&cfg, base, sizeof base);
+    kvr_server *srv = th_server_start_default(base, sizeof base);
     assert_non_null(srv);
     int id = 1;
     long st = 0;

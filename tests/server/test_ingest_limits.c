@@ -23,18 +23,8 @@ static void test_message_over_limit_counted_listener_continues(void **state)
     assert_non_null(srv);
     th_engine e;
     th_engine_start(&e);
-    char body[512];
-    snprintf(body, sizeof body,
-             "{\"instance_id\": 5, \"endpoint\": \"%s\", \"model_name\": \"m\", \"block_size\": %d}",
-             e.endpoint, BS);
-    assert_int_equal(th_register(base, body, NULL), 201);
-    assert_true(th_engine_wait_sub(&e, WAIT));
-
-    uint64_t tokens[BS] = {1, 2, 3, 4}, local[1], h = 11;
-    th_local_hashes(tokens, BS, BS, local, 1);
-    kvr_raw_event ev = th_store(&h, 1, 0, tokens, BS);
-    th_send_events(&e, 0, &ev, 1, true);
-    assert_int_equal(th_wait_score(base, "m", local, 1, 5, 0, BS, WAIT), BS);
+    uint64_t local[1];
+    assert_int_equal(th_index_one_block(base, &e, 5, local), BS);
 
     /* one store of 2048 tokens (each 2+ bytes): above the 4 KiB limit */
     static uint64_t big[2048];
@@ -51,7 +41,7 @@ static void test_message_over_limit_counted_listener_continues(void **state)
 
     uint64_t t2[BS] = {5, 6, 7, 8}, l2[1], h2 = 12;
     th_local_hashes(t2, BS, BS, l2, 1);
-    ev = th_store(&h2, 1, 0, t2, BS);
+    kvr_raw_event ev = th_store(&h2, 1, 0, t2, BS);
     th_send_events(&e, 2, &ev, 1, true);
     assert_int_equal(th_wait_score(base, "m", l2, 1, 5, 0, BS, WAIT), BS);
 

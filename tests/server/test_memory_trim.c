@@ -59,11 +59,8 @@ static void test_rss_comes_back_after_the_index_drains(void **state)
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
     skip();
 #endif
-    kvr_server_config cfg;
-    kvr_server_config_default(&cfg);
-    cfg.port = 0;
     char base[64];
-    kvr_server *srv = th_server_start(&cfg, base, sizeof base);
+    kvr_server *srv = th_server_start_default(base, sizeof base);
     assert_non_null(srv);
     th_engine e;
     th_engine_start(&e);

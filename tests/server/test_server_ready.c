@@ -24,11 +24,8 @@ static long ready(const char *base, json_t **body)
 static void test_ready_follows_the_listeners(void **state)
 {
     (void)state;
-    kvr_server_config cfg;
-    kvr_server_config_default(&cfg);
-    cfg.port = 0;
     char base[64];
-    kvr_server *srv = th_server_start(&cfg, base, sizeof base);
+    kvr_server *srv = th_server_start_default(base, sizeof base);
     assert_non_null(srv);
     json_t *b = NULL;
     assert_int_equal(ready(base, &b), 200);
