@@ -18,22 +18,7 @@ static long get_with_token(const char *base, const char *path, const char *token
     char url[128], h[256];
     snprintf(url, sizeof url, "%s%s", base, path);
     snprintf(h, sizeof h, "Authorization: Bearer %s", token);
-    CURL *c = curl_easy_init();
-    struct curl_slist *hs = curl_slist_append(NULL, h);
-    th_buf b = {0};
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hs);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, th_on_data);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    long code = 0;
-    if (curl_easy_perform(c) == CURLE_OK)
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-    curl_slist_free_all(hs);
-    curl_easy_cleanup(c);
-    free(b.data);
-    return code;
+    return th_http_with("GET", url, h, NULL, 0, NULL);
 }
 
 static void write_token(const char *path, const char *token)

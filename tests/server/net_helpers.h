@@ -297,13 +297,16 @@ static size_t th_on_data(char *p, size_t s, size_t n, void *u)
     return s * n;
 }
 
-/* Returns the HTTP status (0 on transport error); *out gets the body. */
-static inline long th_http(const char *method, const char *url, const char *body, size_t body_len,
-                           char **out)
+/* Returns the HTTP status (0 on transport error); *out gets the body.
+ * header: one more request header ("Name: value"), or NULL. */
+static inline long th_http_with(const char *method, const char *url, const char *header,
+                                const char *body, size_t body_len, char **out)
 {
     CURL *c = curl_easy_init();
     th_buf b = {0};
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+    if (header)
+        h = curl_slist_append(h, header);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
@@ -325,6 +328,12 @@ static inline long th_http(const char *method, const char *url, const char *body
     else
         free(b.data);
     return code;
+}
+
+static inline long th_http(const char *method, const char *url, const char *body, size_t body_len,
+                           char **out)
+{
+    return th_http_with(method, url, NULL, body, body_len, out);
 }
 
 /* JSON text with every integer above INT64_MAX (kvrouter writes u64 ids as
