@@ -137,6 +137,12 @@ typedef int (*kvr_server_reload_fn)(kvr_server *srv, const kvr_server_config *cf
                                     char *err, size_t err_len);
 int kvr_server_add_reload_hook(kvr_server *srv, kvr_server_reload_fn fn, void *user);
 
+/* Counts one reload in /metrics (kvr_reloads_total{result}): ok false when
+ * it failed in whole or in part (a file that did not parse, a refused
+ * worker or engine) and the running settings stayed where it failed. The
+ * program that reads the file calls it once per reload. */
+void kvr_server_count_reload(kvr_server *srv, bool ok);
+
 /* Reopens the access log at its path (after logrotate renamed the file).
  * 0 (also with no access log), or -1 with err (the old file stays in use). */
 int kvr_server_reopen_logs(kvr_server *srv, char *err, size_t err_len);

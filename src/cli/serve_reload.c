@@ -81,6 +81,7 @@ int serve_reload(kvr_server *srv, serve_settings *cur, int argc, char **argv)
         serve_settings_workers(&next, err, sizeof err) != 0) {
         kvr_log(KVR_LOG_WARN, "reload failed, the running settings stay: %s", err);
         serve_settings_free(&next);
+        kvr_server_count_reload(srv, false);
         return -1;
     }
     note_restart_settings(cur, &next);
@@ -98,5 +99,6 @@ int serve_reload(kvr_server *srv, serve_settings *cur, int argc, char **argv)
     *cur = next;
     if (own_addr) /* it pointed into next itself */
         cur->server.listen_addr = cur->listen_addr;
+    kvr_server_count_reload(srv, rc == 0);
     return rc;
 }

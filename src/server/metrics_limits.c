@@ -85,6 +85,14 @@ void kvr_metrics_limits(kvr_metrics_ctx *m)
     auth(m);
     registrations(m);
     one(m->b, "kvr_memory_trims_total", "counter",
-        "malloc_trim calls after the index drained (freed heap pages given back)",
+        "malloc_trim calls (the index drained, or the RSS grew past what the index holds): "
+        "freed heap pages given back",
         atomic_load(&m->srv->trim.trims));
+    kvr_metrics_family(m->b, "kvr_reloads_total", "counter",
+                       "Config reloads (SIGHUP), by result (failed: the running settings stay "
+                       "where it failed)");
+    kvr_sbuf_printf(m->b, "kvr_reloads_total{result=\"applied\"} %" PRIu64 "\n",
+                    atomic_load(&m->srv->reloads[0]));
+    kvr_sbuf_printf(m->b, "kvr_reloads_total{result=\"failed\"} %" PRIu64 "\n",
+                    atomic_load(&m->srv->reloads[1]));
 }

@@ -182,6 +182,11 @@ int kvr_server_add_reload_hook(kvr_server *srv, kvr_server_reload_fn fn, void *u
     return 0;
 }
 
+void kvr_server_count_reload(kvr_server *srv, bool ok)
+{
+    atomic_fetch_add(&srv->reloads[ok ? 0 : 1], 1);
+}
+
 int kvr_server_reload(kvr_server *srv, const kvr_server_config *cfg, char *err, size_t err_len)
 {
     if (err_len)

@@ -298,6 +298,8 @@ static void test_sighup_applies_router_settings(void **state)
     kill(c->pid, SIGHUP);
     assert_true(kvr_child_wait_stderr(c, mark, "reload failed", WAIT));
     assert_int_equal(route_once(base, "c", &cost), 429);
+    assert_true(th_metric(base, "kvr_reloads_total{result=\"applied\"}") == 1);
+    assert_true(th_metric(base, "kvr_reloads_total{result=\"failed\"}") == 1);
     assert_int_equal(kvr_child_stop(c, SIGTERM), 0);
     free(c);
     unlink(path);
