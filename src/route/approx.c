@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "route/internal.h"
+#include "util/grow.h"
 
 typedef struct {
     uint64_t hash;
@@ -190,13 +191,8 @@ static int fifo_push(route_approx *st, uint64_t hash, double expires_at)
         if (st->head > st->cap / 2) {
             memmove(st->fifo, st->fifo + st->head, st->len * sizeof *st->fifo);
             st->head = 0;
-        } else {
-            size_t ncap = st->cap ? st->cap * 2 : 64;
-            fifo_entry *nf = realloc(st->fifo, ncap * sizeof *nf);
-            if (!nf)
-                return -1;
-            st->fifo = nf;
-            st->cap = ncap;
+        } else if (kvr_grow((void **)&st->fifo, &st->cap, st->cap + 1, sizeof *st->fifo, 64) != 0) {
+            return -1;
         }
     }
     st->fifo[st->head + st->len++] = (fifo_entry){hash, expires_at};

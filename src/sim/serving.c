@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/grow.h"
+
 enum { EV_PREFILL_END = 0, EV_DECODE_END = 1 };
 
 struct kvr_sim_ev {
@@ -27,14 +29,8 @@ static bool ev_less(const sim_ev *a, const sim_ev *b)
 
 static int ev_push(kvr_sim_serving *s, sim_ev e)
 {
-    if (s->n_ev == s->ev_cap) {
-        size_t ncap = s->ev_cap ? s->ev_cap * 2 : 256;
-        sim_ev *nv = realloc(s->ev, ncap * sizeof *nv);
-        if (!nv)
-            return -1;
-        s->ev = nv;
-        s->ev_cap = ncap;
-    }
+    if (kvr_grow((void **)&s->ev, &s->ev_cap, s->n_ev + 1, sizeof *s->ev, 256) != 0)
+        return -1;
     e.order = s->next_order++;
     size_t i = s->n_ev++;
     while (i > 0 && ev_less(&e, &s->ev[(i - 1) / 2])) {
@@ -153,14 +149,9 @@ int kvr_sim_serving_submit(kvr_sim_serving *s, uint32_t req, const kvr_sim_job *
             memmove(w->fifo, w->fifo + w->head, w->len * sizeof *w->fifo);
             w->head = 0;
         }
-        if (w->len == w->cap) {
-            size_t ncap = w->cap ? w->cap * 2 : 16;
-            uint32_t *nf = realloc(w->fifo, ncap * sizeof *nf);
-            if (!nf)
-                return -1;
-            w->fifo = nf;
-            w->cap = ncap;
-        }
+        if (w->len == w->cap &&
+            kvr_grow((void **)&w->fifo, &w->cap, w->cap + 1, sizeof *w->fifo, 16) != 0)
+            return -1;
     }
     s->jobs[req] = *job;
     w->fifo[w->head + w->len++] = req;
