@@ -100,6 +100,27 @@ static inline kvr_query_request rt_request(const uint32_t *tokens, size_t n,
     return q;
 }
 
+/* Routes the first n tokens with debug costs, pinned to worker pin when
+ * pin != 0; fails the test unless the router answers KVR_ROUTE_OK. */
+static inline kvr_route_decision rt_route_debug(kvr_router *r, const uint32_t *tokens, size_t n,
+                                                const char *id, uint64_t pin)
+{
+    kvr_route_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.q = rt_request(tokens, n, NULL, 0);
+    rq.request_id = id;
+    rq.debug = true;
+    if (pin) {
+        rq.has_worker_id = true;
+        rq.worker_id = pin;
+    }
+    kvr_route_decision d;
+    kvr_route_status st = kvr_route(r, &rq, &d);
+    if (st != KVR_ROUTE_OK)
+        fail_msg("route failed: %d %s", st, d.error);
+    return d;
+}
+
 /* The cost model rt_router gives its routers: the library default unless a
  * test file of one model's formula sets it first. */
 static kvr_cost_model rt_cost_model = KVR_COST_TTFT;

@@ -57,20 +57,7 @@ static kvr_worker *reg(fx *f, uint64_t id, kvr_kv_events mode)
 
 static kvr_route_decision route(fx *f, const uint32_t *tokens, const char *id, uint64_t pin)
 {
-    kvr_route_request rq;
-    memset(&rq, 0, sizeof rq);
-    rq.q = rt_request(tokens, N, NULL, 0);
-    rq.request_id = id;
-    rq.debug = true;
-    if (pin) {
-        rq.has_worker_id = true;
-        rq.worker_id = pin;
-    }
-    kvr_route_decision d;
-    kvr_route_status st = kvr_route(f->r, &rq, &d);
-    if (st != KVR_ROUTE_OK)
-        fail_msg("route failed: %d %s", st, d.error);
-    return d;
+    return rt_route_debug(f->r, tokens, N, id, pin);
 }
 
 static const kvr_query_entry *query_entry(fx *f, const uint32_t *tokens, uint64_t id,

@@ -60,20 +60,7 @@ static void worker_with(fx *f, uint64_t id, uint32_t blocks)
 /* Routes the first n tokens (pinned when pin != 0) with debug costs. */
 static kvr_route_decision route_n(fx *f, const char *id, size_t n, uint64_t pin)
 {
-    kvr_route_request rq;
-    memset(&rq, 0, sizeof rq);
-    rq.q = rt_request(f->tokens, n, NULL, 0);
-    rq.request_id = id;
-    rq.debug = true;
-    if (pin) {
-        rq.has_worker_id = true;
-        rq.worker_id = pin;
-    }
-    kvr_route_decision d;
-    kvr_route_status st = kvr_route(f->r, &rq, &d);
-    if (st != KVR_ROUTE_OK)
-        fail_msg("route failed: %d %s", st, d.error);
-    return d;
+    return rt_route_debug(f->r, f->tokens, n, id, pin);
 }
 
 static const kvr_route_cost *cost_of(const kvr_route_decision *d, uint64_t id)
