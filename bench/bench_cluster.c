@@ -61,12 +61,7 @@ static kvr_server *replica(const char *nats, const char *cluster, int port, char
 
 static void reg_engine(const char *base, uint64_t id, const th_engine *e)
 {
-    char body[512];
-    snprintf(body, sizeof body,
-             "{\"instance_id\": %" PRIu64 ", \"endpoint\": \"%s\", \"model_name\": \"m\", "
-             "\"block_size\": %d}",
-             id, e->endpoint, BS);
-    long st = th_register(base, body, NULL);
+    long st = th_register_engine(base, id, e->endpoint, BS);
     if (st != 201 && st != 200) {
         fprintf(stderr, "register %" PRIu64 ": HTTP %ld\n", id, st);
         exit(1);

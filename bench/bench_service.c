@@ -32,12 +32,7 @@ static kvr_server *start_server(int port, char *base, size_t cap)
 
 static void reg(const char *base, uint64_t id, const th_engine *e)
 {
-    char body[512];
-    snprintf(body, sizeof body,
-             "{\"instance_id\": %" PRIu64 ", \"endpoint\": \"%s\", \"model_name\": \"m\", "
-             "\"block_size\": %d}",
-             id, e->endpoint, BS);
-    if (th_register(base, body, NULL) != 201) {
+    if (th_register_engine(base, id, e->endpoint, BS) != 201) {
         fprintf(stderr, "register failed\n");
         exit(1);
     }

@@ -95,12 +95,8 @@ static inline long long churn_wait_batches(const char *base, long long want)
 /* Registers worker 1 of model "m" on e through base. */
 static inline bool churn_register(const char *base, th_engine *e)
 {
-    char body[512];
-    snprintf(body, sizeof body,
-             "{\"instance_id\": 1, \"endpoint\": \"%s\", \"model_name\": \"m\", "
-             "\"block_size\": %d}",
-             e->endpoint, CHURN_BS);
-    return th_register(base, body, NULL) == 201 && th_engine_wait_sub(e, 10000);
+    return th_register_engine(base, 1, e->endpoint, CHURN_BS) == 201 &&
+           th_engine_wait_sub(e, 10000);
 }
 
 /* Publishes batches 0..n-1, staying within 1000 batches of the ingest

@@ -549,6 +549,19 @@ static inline long th_register(const char *base, const char *json_body, json_t *
     return st;
 }
 
+/* POST /register of instance id, model "m", at endpoint with block_size:
+ * the HTTP status. */
+static inline long th_register_engine(const char *base, uint64_t id, const char *endpoint,
+                                      int block_size)
+{
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"instance_id\": %llu, \"endpoint\": \"%s\", \"model_name\": \"m\", "
+             "\"block_size\": %d}",
+             (unsigned long long)id, endpoint, block_size);
+    return th_register(base, body, NULL);
+}
+
 /* Registers instance id (model "m", block size 4) at e's endpoint over HTTP,
  * waits for its subscription, stores one block of tokens 1..4 (engine hash
  * 11) and waits until /query scores it. *local gets the block's local hash.
@@ -556,12 +569,7 @@ static inline long th_register(const char *base, const char *json_body, json_t *
 static inline long th_index_one_block(const char *base, th_engine *e, uint64_t id,
                                       uint64_t *local)
 {
-    char body[512];
-    snprintf(body, sizeof body,
-             "{\"instance_id\": %llu, \"endpoint\": \"%s\", \"model_name\": \"m\", "
-             "\"block_size\": 4}",
-             (unsigned long long)id, e->endpoint);
-    if (th_register(base, body, NULL) != 201 || !th_engine_wait_sub(e, 10000))
+    if (th_register_engine(base, id, e->endpoint, 4) != 201 || !th_engine_wait_sub(e, 10000))
         return -1;
     uint64_t tokens[4] = {1, 2, 3, 4}, h = 11;
     th_local_hashes(tokens, 4, 4, local, 1);

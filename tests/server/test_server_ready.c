@@ -56,11 +56,7 @@ static void test_ready_follows_the_listeners(void **state)
      * it has published anything, and ready still once it has. */
     th_engine e;
     th_engine_start(&e);
-    snprintf(body, sizeof body,
-             "{\"instance_id\": 5, \"endpoint\": \"%s\", \"model_name\": \"m\", "
-             "\"block_size\": %d}",
-             e.endpoint, BS);
-    assert_int_equal(th_register(base, body, NULL), 200);
+    assert_int_equal(th_register_engine(base, 5, e.endpoint, BS), 200);
     for (double end = th_now() + WAIT_MS / 1e3; ready(base, NULL) != 200;) {
         if (th_now() > end)
             fail_msg("/ready never turned 200");
