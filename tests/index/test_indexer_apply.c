@@ -189,7 +189,13 @@ static void test_parent_not_found_and_duplicates_never_clear(void **state)
     evs[2] = store_ev(dup, 2, false, 0, tok, 2 * B); /* repeated ids */
     uint64_t dup_parent = 502;
     evs[3] = store_ev(&dup_parent, 1, true, 502, tok + 2 * B, B); /* parent repeated */
+    warn_capture wc;
+    warn_capture_start(&wc);
     apply(ix, w1, 0, evs, 4);
+    warn_capture_stop();
+    /* SPEC §5 rule 1: the repeat is said, naming the (worker, rank) */
+    assert_true(wc.n >= 1);
+    assert_warned_about(&wc, 1, 0, "repeated block ids");
     assert_int_equal(match_gpu(ix, 1, 0, req, 2 * B), 2);
     kvr_worker_info *info;
     const kvr_rank_info *r = rank_snapshot(w1, 0, &info);
@@ -297,6 +303,68 @@ static void test_engine_wide_media_exclusion(void **state)
     assert_int_equal(r->norm.drops[KVR_DROP_BLOCK_NOT_FOUND], 0);
     assert_int_equal(r->events_removed, 2);
     assert_int_equal(r->events_stored, 2); /* the excluded descendant too */
+    free(info);
+}
+
+/* SPEC §5 rules 5 and 8 through the facade: each (worker, rank) has its own
+ * exclusion sets. An engine hash excluded on (2, 0) is plain text on (2, 1)
+ * and on another engine_wide worker, whose children index; a clear of
+ * (2, 1) leaves (2, 0)'s set, which still excludes descendants until
+ * (2, 0) is cleared itself. */
+static void test_exclusion_sets_per_worker_and_rank(void **state)
+{
+    (void)state;
+    kvr_worker_settings s = settings(3, KVR_MM_ENGINE_WIDE);
+    kvr_worker *w3 = reg_ok(ix, &s, KVR_REG_CREATED);
+    uint64_t media[2 * B], txt[2 * B], h[2] = {801, 802}, child = 803, more = 804;
+    text(media, 2 * B, 10);
+    media[B + 1] = WIDE; /* block 802 is media on (2, 0) */
+    text(txt, 2 * B, 300);
+    uint32_t req[2 * B];
+    text32(req, 2 * B, 300); /* 802 as text, then its child 803 */
+    kvr_raw_event e0 = store_ev(h, 2, false, 0, media, 2 * B);
+    apply(ix, w2, 0, &e0, 1);
+    kvr_raw_event evs[2] = {store_ev(h + 1, 1, false, 0, txt, B),
+                            store_ev(&child, 1, true, 802, txt + B, B)};
+    apply(ix, w2, 1, evs, 2);
+    apply(ix, w3, 0, evs, 2);
+    assert_int_equal(match_gpu(ix, 2, 1, req, 2 * B), 2);
+    assert_int_equal(match_gpu(ix, 3, 0, req, 2 * B), 2);
+    kvr_raw_event c0 = store_ev(&child, 1, true, 802, txt + B, B);
+    apply(ix, w2, 0, &c0, 1); /* a descendant on (2, 0) only */
+    kvr_worker_info *info;
+    const kvr_rank_info *r = rank_snapshot(w2, 1, &info);
+    assert_int_equal(r->norm.mm_excluded_ids, 0);
+    assert_int_equal(r->norm.mm_descendant_stores_excluded, 0);
+    assert_int_equal(r->blocks_stored, 2);
+    free(info);
+    r = rank_snapshot(w3, 0, &info);
+    assert_int_equal(r->norm.mm_excluded_ids, 0);
+    free(info);
+    r = rank_snapshot(w2, 0, &info);
+    assert_int_equal(r->norm.mm_descendant_stores_excluded, 1);
+    assert_int_equal(r->norm.mm_excluded_ids, 2); /* 802 and its child 803 */
+    free(info);
+
+    /* AllBlocksCleared on (2, 1): its index and set go, (2, 0)'s stay */
+    kvr_raw_event cl = clear_ev();
+    apply(ix, w2, 1, &cl, 1);
+    assert_int_equal(match_gpu(ix, 2, 1, req, 2 * B), 0);
+    assert_int_equal(match_gpu(ix, 3, 0, req, 2 * B), 2);
+    kvr_raw_event c1 = store_ev(&more, 1, true, 802, txt + B, B);
+    apply(ix, w2, 0, &c1, 1);
+    r = rank_snapshot(w2, 0, &info);
+    assert_int_equal(r->norm.mm_descendant_stores_excluded, 2);
+    assert_int_equal(r->norm.mm_excluded_ids, 3);
+    assert_int_equal(r->norm.drops[KVR_DROP_PARENT_NOT_FOUND], 0);
+    free(info);
+    /* ... until (2, 0) is cleared: 802 is unknown there now, not excluded */
+    apply(ix, w2, 0, &cl, 1);
+    apply(ix, w2, 0, &c1, 1);
+    r = rank_snapshot(w2, 0, &info);
+    assert_int_equal(r->norm.mm_excluded_ids, 0);
+    assert_int_equal(r->norm.mm_descendant_stores_excluded, 2);
+    assert_int_equal(r->norm.drops[KVR_DROP_PARENT_NOT_FOUND], 1);
     free(info);
 }
 
@@ -566,6 +634,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_wire_drops_counted_batch_continues, setup, teardown),
         cmocka_unit_test_setup_teardown(test_engine_wide_media_exclusion, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_exclusion_sets_per_worker_and_rank, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_wire_bytes_end_to_end, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lora_worker_seed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_salt_survives_eviction_on_other_tier, setup,

@@ -5,8 +5,10 @@
 
 #include "test_support.h"
 
+#include <stdio.h>
 #include <string.h>
 
+#include "kvrouter/log.h"
 #include "kvrouter/normalize.h"
 
 /* A token id that does not fit in u32 (a Kimi wide pad). */
@@ -89,6 +91,52 @@ static inline void assert_store_of(const kvr_norm_event *out, const uint64_t *ha
     for (uint32_t i = 0; i < n; i++)
         assert_int_equal(out->block_hashes[i], hashes[i]);
     assert_int_equal(out->n_tokens, n_tokens);
+}
+
+/* Warnings the library logs while a test runs (kvr_log_set_sink): how many,
+ * and the last one's text and (worker, rank), to assert what an operator
+ * reads. Start with warn_capture_start, end with warn_capture_stop. */
+typedef struct {
+    unsigned n;
+    char last[256];
+    bool has_worker, has_rank;
+    uint64_t worker_id;
+    uint32_t dp_rank;
+} warn_capture;
+
+static inline void warn_capture_sink_(void *user, const kvr_log_record *rec)
+{
+    warn_capture *c = user;
+    if (rec->level != KVR_LOG_WARN)
+        return;
+    c->n++;
+    snprintf(c->last, sizeof c->last, "%s", rec->message);
+    c->has_worker = rec->ctx && rec->ctx->has_worker;
+    c->has_rank = rec->ctx && rec->ctx->has_rank;
+    c->worker_id = rec->ctx ? rec->ctx->worker_id : 0;
+    c->dp_rank = rec->ctx ? rec->ctx->dp_rank : 0;
+}
+
+static inline void warn_capture_start(warn_capture *c)
+{
+    memset(c, 0, sizeof *c);
+    kvr_log_set_sink(warn_capture_sink_, c);
+}
+
+static inline void warn_capture_stop(void)
+{
+    kvr_log_set_sink(NULL, NULL);
+}
+
+/* Asserts the last warning named (worker, rank) and contains text. */
+static inline void assert_warned_about(const warn_capture *c, uint64_t worker, uint32_t rank,
+                                       const char *text)
+{
+    assert_true(c->has_worker && c->has_rank);
+    assert_int_equal(c->worker_id, worker);
+    assert_int_equal(c->dp_rank, rank);
+    if (!strstr(c->last, text))
+        fail_msg("warning '%s' does not say '%s'", c->last, text);
 }
 
 #endif

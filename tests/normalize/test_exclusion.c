@@ -442,6 +442,35 @@ static void test_capacity_default_2_20(void **state)
     kvr_normalizer_destroy(n);
 }
 
+/* Rule 6: the (worker, rank) entering fallback is named in one warning per
+ * entry, however many stores meet the full set; mk_norm is worker 7 rank 1. */
+static void test_fallback_warning_names_worker_and_rank(void **state)
+{
+    (void)state;
+    kvr_normalizer *n = mk_norm(KVR_MM_ENGINE_WIDE, B, false, 2);
+    uint64_t tok[12];
+    three_blocks(tok, 0);
+    warn_capture w;
+    warn_capture_start(&w);
+    kvr_norm_event out;
+    kvr_raw_event ev = store_ev(H, 3, false, 0, tok, 12); /* 3 ids do not fit in 2 */
+    for (int i = 0; i < 4; i++)
+        kvr_normalize(n, &ev, &out);
+    unsigned first = w.n;
+    warn_capture c1 = w;
+    ev = clear_ev();
+    kvr_normalize(n, &ev, &out);
+    ev = store_ev(H, 3, false, 0, tok, 12);
+    kvr_normalize(n, &ev, &out);
+    warn_capture_stop();
+    assert_int_equal(first, 1);
+    assert_warned_about(&c1, 7, 1, "fallback");
+    assert_int_equal(w.n, 2); /* entered again after the clear: said again */
+    assert_int_equal(counters(n).mm_fallback_entries, 2);
+    assert_int_equal(kvr_normalizer_warnings(n), 2);
+    kvr_normalizer_destroy(n);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -458,6 +487,7 @@ int main(void)
         cmocka_unit_test(test_duplicate_ids_left_unchanged),
         cmocka_unit_test(test_capacity_fallback_small),
         cmocka_unit_test(test_capacity_default_2_20),
+        cmocka_unit_test(test_fallback_warning_names_worker_and_rank),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
