@@ -6,7 +6,8 @@
  * block), from the fleet family kvr_<name>[_total] and from the per-worker
  * family kvr_worker_<name>[_total]{model,group,worker}. The expected table
  * names every counter of the list: a counter added to the list without a
- * test that moves it fails here.
+ * test that moves it fails here. Also SPEC §3's malformed batch and §2's
+ * wrong-shape message, counted per worker in the same three places.
  *
  * Worker 1 is engine_wide with an exclusion capacity of 4 ids (a setting
  * /register does not take, so it registers through kvr_server_registry);
@@ -14,6 +15,7 @@
 #include "test_support.h"
 
 #include <msgpuck.h>
+#include <zmq.h>
 
 #include "kvrouter/registry.h"
 #include "kvrouter/server.h"
@@ -250,10 +252,55 @@ static void test_every_media_counter_per_worker_in_workers_and_metrics(void **st
     stop(&f);
 }
 
+/* A source counter's value for worker id in /workers and /metrics (fleet
+ * kvr_source_<name>_total, per worker kvr_worker_source_<name>_total), all
+ * three equal to want (worker 1 stays at 0 for the fleet sum). */
+static void check_source_counter(fixture *f, uint64_t id, const char *name, long long want)
+{
+    assert_int_equal(th_counter(f->base, id, "m", name), want);
+    char url[128], *m = NULL, series[256];
+    snprintf(url, sizeof url, "%s/metrics", f->base);
+    assert_int_equal(th_http("GET", url, NULL, 0, &m), 200);
+    snprintf(series, sizeof series, "kvr_source_%s_total", name);
+    if (th_metric_in(m, series) != (double)want)
+        fail_msg("%s is %g, want %lld", series, th_metric_in(m, series), want);
+    snprintf(series, sizeof series,
+             "kvr_worker_source_%s_total{model=\"m\",group=\"default\",worker=\"%llu\"}", name,
+             (unsigned long long)id);
+    if (th_metric_in(m, series) != (double)want)
+        fail_msg("%s is %g, want %lld", series, th_metric_in(m, series), want);
+    free(m);
+}
+
+/* SPEC §3 "a malformed batch is dropped and counted; the listener keeps
+ * running" and §2 "other shapes are counted and dropped": one of each on
+ * worker 2, then a good batch still applies; both counted for worker 2 in
+ * /workers and /metrics, nothing for worker 1. */
+static void test_malformed_batch_and_frame_counted_per_worker(void **state)
+{
+    (void)state;
+    fixture f;
+    start(&f);
+    th_engine_send(&f.e2, 0, "\xc1\x93garbage", 9, true); /* 0xc1 is never valid */
+    zmq_send(f.e2.pub, "", 0, ZMQ_SNDMORE); /* two frames: the wrong shape */
+    zmq_send(f.e2.pub, "x", 1, 0);
+    const uint64_t unknown = 98;
+    kvr_raw_event rm = th_remove(&unknown, 1);
+    th_send_events(&f.e2, 1, &rm, 1, true);
+    assert_int_equal(th_wait_counter(f.base, 2, "m", "block_not_found", 1, WAIT), 1);
+    check_source_counter(&f, 2, "malformed_batches", 1);
+    check_source_counter(&f, 2, "bad_frames", 1);
+    assert_int_equal(th_counter(f.base, 2, "m", "seq_gaps"), 0);
+    assert_int_equal(th_counter(f.base, 1, "m", "malformed_batches"), 0);
+    assert_int_equal(th_counter(f.base, 1, "m", "bad_frames"), 0);
+    stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_media_counter_per_worker_in_workers_and_metrics),
+        cmocka_unit_test(test_malformed_batch_and_frame_counted_per_worker),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

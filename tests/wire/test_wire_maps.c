@@ -177,6 +177,68 @@ static void test_tagged_store_all_fields(void **state)
     assert_true(kvr_str_eq(e->locality, "LOCAL"));
 }
 
+/* SPEC §3: a tagged store may end after any field from index 4 on. The
+ * full store of test_tagged_store_all_fields cut to 5..13 elements: each
+ * decodes as a store, with the fields it kept and the defaults of the
+ * fields it lost (gpu medium, no lora, no extra_keys, group 0, no kind, no
+ * locality). */
+static void test_tagged_store_ends_after_any_field_from_4(void **state)
+{
+    (void)state;
+    for (uint32_t len = 5; len <= 13; len++) {
+        char buf[256], *p = buf;
+        p = mp_encode_array(p, 2);
+        p = mp_encode_double(p, 1.0);
+        p = mp_encode_array(p, 1);
+        p = mp_encode_array(p, len);
+        p = mp_encode_str(p, "BlockStored", 11);
+        p = mp_encode_array(p, 1);
+        p = mp_encode_uint(p, 1);
+        p = mp_encode_uint(p, 2); /* parent */
+        p = mp_encode_array(p, 1);
+        p = mp_encode_uint(p, 3);
+        p = mp_encode_uint(p, 1); /* block_size: index 4 */
+        if (len > 5)
+            p = mp_encode_int(p, -1); /* lora_id */
+        if (len > 6)
+            p = mp_encode_str(p, "NVME", 4);
+        if (len > 7)
+            p = mp_encode_str(p, "lora-x", 6);
+        if (len > 8) {
+            p = mp_encode_array(p, 1); /* extra_keys: one block, nil */
+            p = mp_encode_nil(p);
+        }
+        if (len > 9)
+            p = mp_encode_uint(p, 2); /* group_idx */
+        if (len > 10)
+            p = mp_encode_str(p, "sink_full_attention", 19);
+        if (len > 11)
+            p = mp_encode_nil(p); /* sliding window */
+        if (len > 12)
+            p = mp_encode_str(p, "LOCAL", 5);
+        assert_int_equal(kvr_decode_copy(&g_b, buf, (size_t)(p - buf)), KVR_BATCH_OK);
+        assert_int_equal(g_b.tally.dropped, 0);
+        const kvr_raw_event *e = &g_ev.ev[0];
+        assert_int_equal(e->type, KVR_EV_STORED);
+        assert_int_equal(e->block_hashes[0], 1);
+        assert_true(e->has_parent);
+        assert_int_equal(e->parent, 2);
+        assert_int_equal(e->n_token_ids, 1);
+        assert_int_equal(e->token_ids[0], 3);
+        assert_int_equal(e->block_size, 1);
+        assert_int_equal(e->has_lora_id, len > 5);
+        assert_int_equal(e->tier, len > 6 ? KVR_TIER_DISK : KVR_TIER_GPU);
+        assert_int_equal(kvr_str_eq(e->lora_name, "lora-x"), len > 7);
+        assert_int_equal(e->extra_keys != NULL, len > 8);
+        assert_int_equal(e->has_group_idx, len > 9);
+        if (len > 9)
+            assert_int_equal(e->group_idx, 2);
+        assert_int_equal(kvr_str_eq(e->kv_cache_spec_kind, "sink_full_attention"), len > 10);
+        assert_false(e->has_sliding_window);
+        assert_int_equal(kvr_str_eq(e->locality, "LOCAL"), len > 12);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -187,6 +249,7 @@ int main(void)
         cmocka_unit_test(test_map_type_variants),
         cmocka_unit_test(test_tagged_removal_tail),
         cmocka_unit_test(test_tagged_store_all_fields),
+        cmocka_unit_test(test_tagged_store_ends_after_any_field_from_4),
     };
     return cmocka_run_group_tests(tests, kvr_wire_setup, kvr_wire_teardown);
 }
