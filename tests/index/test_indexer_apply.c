@@ -366,6 +366,17 @@ static void test_exclusion_sets_per_worker_and_rank(void **state)
     assert_int_equal(r->norm.mm_descendant_stores_excluded, 2);
     assert_int_equal(r->norm.drops[KVR_DROP_PARENT_NOT_FOUND], 1);
     free(info);
+    /* an engine restart (kvr_indexer_clear_rank, SPEC §2) forgets the
+     * rank's exclusions too: the restarted engine may reuse its hashes */
+    apply(ix, w2, 0, &e0, 1);
+    kvr_indexer_clear_rank(ix, w2, 0);
+    r = rank_snapshot(w2, 0, &info);
+    assert_int_equal(r->norm.mm_excluded_ids, 0);
+    free(info);
+    kvr_raw_event again = store_ev(h + 1, 1, false, 0, txt, B);
+    apply(ix, w2, 0, &again, 1);
+    apply(ix, w2, 0, &c1, 1); /* 802 is text now: its child indexes */
+    assert_int_equal(match_gpu(ix, 2, 0, req, 2 * B), 2);
 }
 
 /* Real msgpack bytes (both encodings) through decode and the facade: the

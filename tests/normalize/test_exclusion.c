@@ -442,6 +442,31 @@ static void test_capacity_default_2_20(void **state)
     kvr_normalizer_destroy(n);
 }
 
+/* Rule 6: the capacity counts ids across tiers, not per tier: 3 on the
+ * gpu and 2 more on the cpu pass 4. */
+static void test_capacity_counts_across_tiers(void **state)
+{
+    (void)state;
+    kvr_normalizer *n = mk_norm(KVR_MM_ENGINE_WIDE, B, false, 4);
+    uint64_t tok[12];
+    three_blocks(tok, 0);
+    kvr_norm_event out;
+    kvr_raw_event ev = store_ev(H, 3, false, 0, tok, 12);
+    kvr_normalize(n, &ev, &out);
+    assert_int_equal(counters(n).mm_excluded_ids, 3);
+    const uint64_t h2[] = {21, 22, 23};
+    three_blocks(tok, 1);
+    ev = store_ev(h2, 3, false, 0, tok, 12);
+    ev.tier = KVR_TIER_CPU;
+    kvr_normalize(n, &ev, &out);
+    assert_store_of(&out, h2, 1, 4); /* truncated as a parentless store in fallback */
+    kvr_normalizer_counters c = counters(n);
+    assert_int_equal(c.mm_fallback, 1);
+    assert_int_equal(c.mm_fallback_entries, 1);
+    assert_int_equal(c.mm_excluded_ids, 3);
+    kvr_normalizer_destroy(n);
+}
+
 /* Rule 6: the (worker, rank) entering fallback is named in one warning per
  * entry, however many stores meet the full set; mk_norm is worker 7 rank 1. */
 static void test_fallback_warning_names_worker_and_rank(void **state)
@@ -487,6 +512,7 @@ int main(void)
         cmocka_unit_test(test_duplicate_ids_left_unchanged),
         cmocka_unit_test(test_capacity_fallback_small),
         cmocka_unit_test(test_capacity_default_2_20),
+        cmocka_unit_test(test_capacity_counts_across_tiers),
         cmocka_unit_test(test_fallback_warning_names_worker_and_rank),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
