@@ -60,32 +60,70 @@ static void test_seed_vectors(void **state)
     json_decref(root);
 }
 
+/* Every entry of the bytes, chain, eagle_window and pad_value lists, each
+ * read whole from the fixture (tokens included). */
 static void test_bytes_chain_eagle_pad_vectors(void **state)
 {
     (void)state;
     json_t *root = kvr_test_load_json("fixtures/hash_vectors.json");
-    json_t *b = json_array_get(json_object_get(root, "bytes"), 0);
-    const char *utf8 = json_string_value(json_object_get(b, "utf8"));
-    assert_int_equal(kvr_hash_bytes(utf8, strlen(utf8),
-                                    (uint64_t)json_integer_value(json_object_get(b, "seed"))),
-                     kvr_test_u64(json_string_value(json_object_get(b, "hash"))));
+    size_t i, checked = 0;
+    json_t *v;
+    json_array_foreach(json_object_get(root, "bytes"), i, v) {
+        const char *utf8 = json_string_value(json_object_get(v, "utf8"));
+        assert_non_null(utf8);
+        assert_int_equal(kvr_hash_bytes(utf8, strlen(utf8),
+                                        (uint64_t)json_integer_value(json_object_get(v, "seed"))),
+                         kvr_test_u64(json_string_value(json_object_get(v, "hash"))));
+        checked++;
+    }
+    json_array_foreach(json_object_get(root, "chain"), i, v) {
+        assert_int_equal(
+            kvr_hash_chain(kvr_test_u64(json_string_value(json_object_get(v, "parent"))),
+                           kvr_test_u64(json_string_value(json_object_get(v, "block")))),
+            kvr_test_u64(json_string_value(json_object_get(v, "hash"))));
+        checked++;
+    }
+    json_array_foreach(json_object_get(root, "eagle_window"), i, v) {
+        json_t *toks = json_object_get(v, "tokens");
+        uint32_t b = (uint32_t)json_integer_value(json_object_get(v, "block_size"));
+        uint32_t tokens[64];
+        size_t n = json_array_size(toks);
+        assert_true(n == b + 1 && n <= 64); /* one Eagle window: B + 1 tokens */
+        for (size_t k = 0; k < n; k++)
+            tokens[k] = (uint32_t)json_integer_value(json_array_get(toks, k));
+        uint64_t out[2] = {0, 0};
+        assert_int_equal(kvr_hash_blocks(tokens, n, b, true, KVR_HASH_SEED, out, 2), 1);
+        assert_int_equal(out[0], kvr_test_u64(json_string_value(json_object_get(v, "hash"))));
+        checked++;
+    }
+    json_array_foreach(json_object_get(root, "pad_value"), i, v) {
+        uint64_t h = kvr_test_u64(json_string_value(json_object_get(v, "mm_hash")));
+        assert_int_equal(kvr_pad_value(h), json_integer_value(json_object_get(v, "pad")));
+        checked++;
+    }
+    assert_true(checked >= 4);
+    json_decref(root);
+}
 
-    json_t *c = json_array_get(json_object_get(root, "chain"), 0);
-    assert_int_equal(kvr_hash_chain(kvr_test_u64(json_string_value(json_object_get(c, "parent"))),
-                                    kvr_test_u64(json_string_value(json_object_get(c, "block")))),
-                     kvr_test_u64(json_string_value(json_object_get(c, "hash"))));
-
-    json_t *e = json_array_get(json_object_get(root, "eagle_window"), 0);
-    uint32_t toks[5] = {1, 2, 3, 4, 5};
-    uint64_t out[2] = {0, 0};
-    size_t n = kvr_hash_blocks(toks, 5, (uint32_t)json_integer_value(json_object_get(e, "block_size")),
-                               true, KVR_HASH_SEED, out, 2);
-    assert_int_equal(n, 1);
-    assert_int_equal(out[0], kvr_test_u64(json_string_value(json_object_get(e, "hash"))));
-
-    json_t *p = json_array_get(json_object_get(root, "pad_value"), 0);
-    assert_int_equal(kvr_pad_value(kvr_test_u64(json_string_value(json_object_get(p, "mm_hash")))),
-                     json_integer_value(json_object_get(p, "pad")));
+/* The fixture holds only the kinds of vector the tests above check: a new
+ * list added to it without a test fails here. */
+static void test_every_vector_list_has_a_test(void **state)
+{
+    (void)state;
+    static const char *const checked[] = {"seed",  "block_hashes", "seeds",     "bytes",
+                                          "chain", "eagle_window", "pad_value", "notes"};
+    json_t *root = kvr_test_load_json("fixtures/hash_vectors.json");
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        size_t k = 0;
+        while (k < sizeof checked / sizeof checked[0] && strcmp(checked[k], key) != 0)
+            k++;
+        if (k == sizeof checked / sizeof checked[0])
+            fail_msg("fixtures/hash_vectors.json: '%s' has no test", key);
+    }
+    /* the seed every vector without lora or salt uses */
+    assert_int_equal(json_integer_value(json_object_get(root, "seed")), KVR_HASH_SEED);
     json_decref(root);
 }
 
@@ -125,6 +163,7 @@ int main(void)
         cmocka_unit_test(test_block_hash_vectors),
         cmocka_unit_test(test_seed_vectors),
         cmocka_unit_test(test_bytes_chain_eagle_pad_vectors),
+        cmocka_unit_test(test_every_vector_list_has_a_test),
         cmocka_unit_test(test_whole_blocks_only),
         cmocka_unit_test(test_pad_value_range),
     };
