@@ -133,44 +133,56 @@ static void cost_ttft(const cost_params *p, kvr_route_cost *c, const route_load 
  * by k candidates is worth 1/k of a copy (the system prompt every worker
  * holds costs next to nothing; a conversation held by one worker, all of
  * it), and each copied token costs recompute_weight prefill tokens of the
- * candidate's time. Depth = the blocks a candidate's tiers reach. */
-static int by_reach_desc(const void *a, const void *b)
+ * candidate's time. Depth = the blocks a candidate's tiers reach.
+ *
+ * below[v] for every reach v some candidate has, walking the reaches from
+ * the deepest: blocks between two consecutive distinct reaches are held by
+ * the candidates above the lower one. A count per reach value instead of a
+ * sort: the reaches are block counts of one prompt (a 2,000-token prompt
+ * has ~125), while a 1000-worker group has 1000 candidates, whose qsort
+ * was a seventh of a /route. Same additions in the same order as the
+ * sorted walk (equal reaches add nothing), so the same doubles. */
+static void copies_by_reach(const uint32_t *count, uint32_t max_reach, double *below)
 {
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return (x < y) - (x > y);
+    double acc = 0;
+    uint64_t above = 0;
+    bool seen = false;
+    uint32_t prev = 0;
+    for (uint32_t v = max_reach + 1; v-- > 0;) {
+        if (!count[v])
+            continue;
+        if (seen)
+            acc += (double)(prev - v) / (double)above;
+        below[v] = acc;
+        above += count[v];
+        prev = v;
+        seen = true;
+    }
 }
 
 static void add_duplicate_cost(const cost_params *p, kvr_route_cost *c, size_t n, uint32_t bs)
 {
     if (!(p->recompute_weight > 0) || n < 2)
         return;
-    uint32_t *r = malloc(n * sizeof *r);
-    double *below = malloc(n * sizeof *below); /* copies owed at sorted position j */
-    if (!r || !below) {
-        free(r);
+    uint32_t max_reach = 0;
+    for (size_t i = 0; i < n; i++)
+        if (c[i].disk_blocks > max_reach)
+            max_reach = c[i].disk_blocks;
+    /* The walk costs max_reach, at most the request's blocks: the
+     * hashing already paid that much. */
+    uint32_t *count = calloc((size_t)max_reach + 1, sizeof *count);
+    double *below = malloc(((size_t)max_reach + 1) * sizeof *below);
+    if (!count || !below) {
+        free(count);
         free(below);
         return; /* the costs stay plain TTFT */
     }
     for (size_t i = 0; i < n; i++)
-        r[i] = c[i].disk_blocks;
-    qsort(r, n, sizeof *r, by_reach_desc);
-    /* Blocks between the j-th and (j+1)-th deepest reaches are held by j
-     * candidates. below[j] = copies a candidate reaching r[j] would make. */
-    below[0] = 0;
-    for (size_t j = 1; j < n; j++)
-        below[j] = below[j - 1] + (double)(r[j - 1] - r[j]) / (double)j;
-    for (size_t i = 0; i < n; i++) {
-        size_t lo = 0, hi = n; /* first sorted position with reach <= c[i]'s */
-        while (lo < hi) {
-            size_t mid = (lo + hi) / 2;
-            if (r[mid] > c[i].disk_blocks)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        c[i].cost += p->recompute_weight * below[lo] * bs / c[i].prefill_tps;
-    }
-    free(r);
+        count[c[i].disk_blocks]++;
+    copies_by_reach(count, max_reach, below);
+    for (size_t i = 0; i < n; i++)
+        c[i].cost += p->recompute_weight * below[c[i].disk_blocks] * bs / c[i].prefill_tps;
+    free(count);
     free(below);
 }
 
