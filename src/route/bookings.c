@@ -53,6 +53,7 @@ void route_bookings_free(route_bookings *b)
     kvr_u64map_free(&b->loads);
     kvr_u64map_free(&b->ids);
     route_rates_free(b);
+    route_slots_free(b);
 }
 
 uint64_t route_wr_key(uintptr_t index, uint64_t worker_id, uint32_t dp_rank)
@@ -87,6 +88,7 @@ route_load *route_load_find(route_bookings *b, uintptr_t index, uint64_t worker_
         return NULL;
     }
     b->n_loads++;
+    route_slot_changed(b, index, worker_id, dp_rank);
     return l;
 }
 
@@ -113,8 +115,12 @@ static void load_drop_if_idle(route_bookings *b, route_load *l)
             p->hnext = l->hnext;
     }
     b->n_loads--;
+    uintptr_t index = l->index;
+    uint64_t worker_id = l->worker_id;
+    uint32_t dp_rank = l->dp_rank;
     kvr_u64map_free(&l->held);
     free(l);
+    route_slot_changed(b, index, worker_id, dp_rank);
 }
 
 uint64_t route_load_blocks(const route_load *l)

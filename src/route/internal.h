@@ -115,6 +115,7 @@ typedef struct {
     kvr_u64map rates;  /* route_wr_key -> route_rate* (chained) */
     kvr_u64map fits;   /* index -> route_decode_fit* (one per (model, group)) */
     uint64_t n_rates, rate_samples;
+    struct route_slots *slots; /* per (model, group): slots.c */
 } route_bookings;
 
 /* The map key of (index, worker, rank), shared by loads and rates. */
@@ -194,6 +195,55 @@ void route_rate_add_work(route_bookings *b, uintptr_t index, uint64_t worker_id,
 double route_rate_recent_work(const route_rate *rt, double now);
 void route_rates_free(route_bookings *b);
 
+/* ---- per-(worker, rank) state slots (slots.c); caller holds kvr_router.mu -- */
+
+/* What a /route reads of every candidate: its load entry and its rate's
+ * figures. Looked up by hash, that was two lookups and two cache misses a
+ * candidate (~190 instructions; at 1000 workers a fifth of the request).
+ * The rank cache (ranks.c) numbers each (worker, rank) of a group by its
+ * position in its sorted table; the router keeps per group an array of
+ * slots in that order, walked with the candidates. A slot holds its key
+ * and is checked against it; it is bound on first use and re-read from the
+ * maps whenever a load or a rate of its key is created, changed or freed,
+ * so a stale position costs a lookup, never a wrong or freed state. */
+typedef struct {
+    uint64_t worker_id;
+    uint32_t dp_rank;
+    bool bound;
+    route_load *load;     /* NULL: idle */
+    double measured_tps;  /* route_rate_measured */
+    double work, work_at; /* route_rate_recent_work's inputs */
+} route_slot;
+
+typedef struct route_slots {
+    uintptr_t index;
+    uint64_t gen;   /* of the rank cache the positions come from */
+    route_slot *slot;
+    size_t n;
+    kvr_u64map pos; /* route_wr_key -> position of a bound slot */
+    struct route_slots *next;
+} route_slots;
+
+/* A candidate without a position in the rank cache. */
+#define KVR_ROUTE_NO_SLOT UINT32_MAX
+
+/* The slots of index for positions of rank cache generation gen (n
+ * positions); NULL when the caller's positions are older than the slots'
+ * (it looks up by hash) or out of memory. */
+route_slots *route_slots_for(route_bookings *b, uintptr_t index, uint64_t gen, size_t n);
+/* The state of (worker, rank) at pos of t (t may be NULL, pos
+ * KVR_ROUTE_NO_SLOT): the slot's own when bound to that key, else *tmp
+ * filled from the maps. */
+const route_slot *route_slot_get(route_bookings *b, route_slots *t, uint32_t pos,
+                                 uintptr_t index, uint64_t worker_id, uint32_t dp_rank,
+                                 route_slot *tmp);
+/* Re-reads the slot of (index, worker, rank), if bound, from the maps:
+ * called by every change to a load's existence or a rate's figures. */
+void route_slot_changed(route_bookings *b, uintptr_t index, uint64_t worker_id, uint32_t dp_rank);
+void route_slots_free(route_bookings *b);
+/* Decayed recent work of (work, work_at) at now. */
+double route_recent_work(double work, double work_at, double now);
+
 /* ---- approximate index (approx.c); guarded by its own mutex -------------- */
 
 typedef struct route_approx route_approx;
@@ -253,11 +303,13 @@ typedef struct route_rank_group {
     double refreshed_at;
     route_wr *pairs; /* sorted; dp_rank UINT32_MAX marks a worker without ranks */
     size_t n;
+    uint64_t gen; /* changes with pairs (positions name route_slots) */
     struct route_rank_group *next;
 } route_rank_group;
 
 typedef struct {
     uint32_t off, n; /* a worker's ranks in route_scratch.ranks */
+    uint32_t none_pos; /* position of its "no ranks yet" entry, or KVR_ROUTE_NO_SLOT */
 } route_rank_span;
 
 typedef struct route_scratch {
@@ -268,6 +320,10 @@ typedef struct route_scratch {
     size_t spans_cap;
     uint32_t *ranks;
     size_t ranks_cap;
+    uint32_t *rank_pos; /* per s->ranks entry: its position in the rank cache */
+    size_t rank_pos_cap;
+    uint64_t rank_gen;  /* the rank cache's generation and size they come from */
+    size_t rank_n;
     uint32_t *worker_profile; /* per caps entry: profile index */
     size_t wp_cap;
     route_profile *profiles;
@@ -278,6 +334,10 @@ typedef struct route_scratch {
     size_t padded_cap[2];
     uint32_t *entry_profile; /* per kvr_query_result entry: its profile */
     size_t ep_cap;
+    uint32_t *entry_slot; /* per kvr_query_result entry: its rank position, or NO_SLOT */
+    size_t es_cap;
+    route_slot *states; /* kvr_route: each candidate's state, read once */
+    size_t states_cap;
     /* kvr_route's candidates when the decision does not keep them (not
      * debug): reused, as a fresh 112 KB per 1000-worker /route was not */
     kvr_route_cost *costs;
@@ -292,6 +352,7 @@ struct kvr_router {
     route_scratch *pool;
     pthread_mutex_t ranks_mu;
     route_rank_group *rank_groups;
+    uint64_t rank_gen; /* under ranks_mu: the last generation given a group */
     pthread_mutex_t mu; /* bookings, loads, rng, the booking hook */
     route_bookings bk;
     kvr_booking_hook_fn hook; /* booking_share.c; called under mu */

@@ -73,10 +73,11 @@ typedef struct {
 
 static void add_entry(kvr_query_result *out, route_scratch *s, const kvr_worker_caps *c,
                       uint32_t profile, uint32_t first, uint32_t dp_rank, bool rank_seen,
-                      const approx_ctx *ax)
+                      uint32_t slot, const approx_ctx *ax)
 {
     const route_profile *pr = &s->profiles[profile];
     s->entry_profile[out->n_entries] = profile;
+    s->entry_slot[out->n_entries] = slot;
     kvr_query_entry *e = &out->entries[out->n_entries++];
     memset(e, 0, sizeof *e);
     e->worker_id = c->worker_id;
@@ -112,7 +113,8 @@ static void add_worker(kvr_query_result *out, route_scratch *s, size_t w, const 
     const route_profile *pr = &s->profiles[prof];
     uint32_t first = pr->n_matches ? route_profile_first_match(pr, c->worker_id) : UINT32_MAX;
     for (uint32_t k = 0; k < s->spans[w].n; k++)
-        add_entry(out, s, c, prof, first, s->ranks[s->spans[w].off + k], true, ax);
+        add_entry(out, s, c, prof, first, s->ranks[s->spans[w].off + k], true,
+                  s->rank_pos[s->spans[w].off + k], ax);
     bool zero_listed = s->spans[w].n == 0;
     for (uint32_t i = first; i != UINT32_MAX; i = pr->same_worker[i]) {
         const kvr_match_entry *m = &pr->matches[i];
@@ -120,10 +122,10 @@ static void add_worker(kvr_query_result *out, route_scratch *s, size_t w, const 
             continue;
         if (m->dp_rank == 0)
             zero_listed = false;
-        add_entry(out, s, c, prof, first, m->dp_rank, true, ax);
+        add_entry(out, s, c, prof, first, m->dp_rank, true, KVR_ROUTE_NO_SLOT, ax);
     }
     if (zero_listed)
-        add_entry(out, s, c, prof, first, 0, false, ax);
+        add_entry(out, s, c, prof, first, 0, false, s->spans[w].none_pos, ax);
 }
 
 static kvr_route_status fail(kvr_query_result *out, kvr_route_status st, const char *msg)
@@ -184,7 +186,8 @@ kvr_route_status route_query(kvr_router *r, const kvr_query_request *req, kvr_qu
     for (size_t p = 0; p < s->n_profiles; p++)
         need += s->profiles[p].n_matches;
     if (route_grow((void **)&out->entries, &out->cap, need, sizeof *out->entries) < 0 ||
-        route_grow((void **)&s->entry_profile, &s->ep_cap, need, sizeof *s->entry_profile) < 0) {
+        route_grow((void **)&s->entry_profile, &s->ep_cap, need, sizeof *s->entry_profile) < 0 ||
+        route_grow((void **)&s->entry_slot, &s->es_cap, need, sizeof *s->entry_slot) < 0) {
         route_scratch_release(r, s);
         return fail(out, KVR_ROUTE_NO_MEMORY, "out of memory");
     }

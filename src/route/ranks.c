@@ -63,6 +63,17 @@ static route_wr *load_ranks(kvr_indexer *ix, const char *model, const char *grou
     return pairs;
 }
 
+/* Field by field: route_wr has padding. */
+static bool same_pairs(const route_rank_group *g, const route_wr *pairs, size_t n)
+{
+    if (!g->pairs || g->n != n)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (g->pairs[i].worker_id != pairs[i].worker_id || g->pairs[i].dp_rank != pairs[i].dp_rank)
+            return false;
+    return true;
+}
+
 static route_rank_group *group_find(kvr_router *r, uintptr_t index)
 {
     for (route_rank_group *g = r->rank_groups; g; g = g->next)
@@ -78,8 +89,12 @@ static int copy_ranks(route_scratch *s, const route_rank_group *g, size_t n_work
 {
     size_t total = 0, next = 0;
     /* at most every cached pair plus one per worker: grown once */
-    if (route_grow((void **)&s->ranks, &s->ranks_cap, g->n + n_workers + 1, sizeof *s->ranks) < 0)
+    if (route_grow((void **)&s->ranks, &s->ranks_cap, g->n + n_workers + 1, sizeof *s->ranks) < 0 ||
+        route_grow((void **)&s->rank_pos, &s->rank_pos_cap, g->n + n_workers + 1,
+                   sizeof *s->rank_pos) < 0)
         return -1;
+    s->rank_gen = g->gen;
+    s->rank_n = g->n;
     for (size_t w = 0; w < n_workers; w++) {
         uint64_t id = s->caps[w].worker_id;
         /* workers usually come in the cache's order: try where the last
@@ -95,9 +110,15 @@ static int copy_ranks(route_scratch *s, const route_rank_group *g, size_t n_work
             j++;
         next = j;
         s->spans[w].off = (uint32_t)total;
+        s->spans[w].none_pos = KVR_ROUTE_NO_SLOT;
         for (size_t k = i; k < j; k++)
-            if (g->pairs[k].dp_rank != NO_RANK)
+            if (g->pairs[k].dp_rank == NO_RANK)
+                s->spans[w].none_pos = (uint32_t)k;
+        for (size_t k = i; k < j; k++)
+            if (g->pairs[k].dp_rank != NO_RANK) {
+                s->rank_pos[total] = (uint32_t)k;
                 s->ranks[total++] = g->pairs[k].dp_rank;
+            }
         s->spans[w].n = (uint32_t)(total - s->spans[w].off);
     }
     return 0;
@@ -139,6 +160,10 @@ int route_ranks_snapshot(kvr_router *r, route_scratch *s, uintptr_t index, const
             free(pairs);
             return -1;
         }
+        /* Positions name the router's state slots: a new generation
+         * only when they change (a refresh usually finds the same). */
+        if (!same_pairs(g, pairs, np))
+            g->gen = ++r->rank_gen;
         free(g->pairs);
         g->pairs = pairs;
         g->n = np;

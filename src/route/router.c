@@ -86,6 +86,7 @@ static void scratch_destroy(route_scratch *s)
     free(s->caps);
     free(s->spans);
     free(s->ranks);
+    free(s->rank_pos);
     free(s->worker_profile);
     for (size_t i = 0; i < s->profiles_cap; i++) {
         free(s->profiles[i].matches);
@@ -97,6 +98,8 @@ static void scratch_destroy(route_scratch *s)
     free(s->padded[0]);
     free(s->padded[1]);
     free(s->entry_profile);
+    free(s->entry_slot);
+    free(s->states);
     free(s->costs);
     free(s);
 }

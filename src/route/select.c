@@ -37,7 +37,7 @@ static bool allowed(const kvr_route_request *req, const kvr_u64map *set, uint64_
 
 /* Drops non-candidates in place; returns the count left, or sets the error. */
 static size_t filter_candidates(const kvr_route_request *req, kvr_query_result *q,
-                                uint32_t *entry_profile)
+                                uint32_t *entry_profile, uint32_t *entry_slot)
 {
     if (!req->has_worker_id && !req->has_dp_rank && !req->allowed_workers && q->n_entries)
         return q->n_entries; /* no filter: every candidate stays, uncopied */
@@ -61,6 +61,7 @@ static size_t filter_candidates(const kvr_route_request *req, kvr_query_result *
         if (!allowed(req, use_set ? &set : NULL, e->worker_id))
             continue;
         entry_profile[n] = entry_profile[i];
+        entry_slot[n] = entry_slot[i];
         q->entries[n++] = *e;
     }
     kvr_u64map_free(&set);
@@ -198,9 +199,9 @@ static uint64_t unique_blocks_of(const route_profile *pr, uint64_t isl, uint32_t
 }
 
 /* Candidate i's overlaps, its current load and its cost; caller holds r->mu. */
-static void fill_cost(kvr_router *r, kvr_index *idx, const cost_params *p,
-                      const kvr_query_entry *e, const route_profile *pr, uint64_t unique,
-                      uint64_t isl, uint32_t bs, double now, kvr_route_cost *c)
+static void fill_cost(const cost_params *p, const kvr_query_entry *e, const route_slot *st,
+                      const route_profile *pr, uint64_t unique, uint64_t isl, uint32_t bs,
+                      double now, kvr_route_cost *c)
 {
     c->worker_id = e->worker_id;
     c->dp_rank = e->dp_rank;
@@ -208,7 +209,7 @@ static void fill_cost(kvr_router *r, kvr_index *idx, const cost_params *p,
     c->cpu_blocks = e->cpu_blocks;
     c->disk_blocks = e->disk_blocks;
     c->routing_tokens = e->routing_tokens;
-    route_load *l = route_load_find(&r->bk, (uintptr_t)idx, e->worker_id, e->dp_rank, false);
+    const route_load *l = st->load;
     uint32_t held = 0;
     if (l) {
         c->active_prefill_tokens = l->prefill_tokens;
@@ -231,16 +232,15 @@ static void fill_cost(kvr_router *r, kvr_index *idx, const cost_params *p,
  * is taken as the mean: workers of one kind measure a little apart by
  * chance, and a worker measured 3 % faster would otherwise win every cold
  * request of an idle fleet; engines of different kinds differ by far more. */
-static void fill_rates(kvr_router *r, kvr_index *idx, const kvr_query_result *q,
+static void fill_rates(kvr_router *r, const kvr_query_result *q, const route_slot *st,
                        kvr_route_cost *c, size_t n, double now)
 {
     double sum = 0;
     size_t measured = 0;
     for (size_t i = 0; i < n; i++) {
         const kvr_query_entry *e = &q->entries[i];
-        const route_rate *rt = route_rate_find(&r->bk, (uintptr_t)idx, e->worker_id, e->dp_rank);
-        c[i].prefill_tps = route_rate_measured(rt);
-        c[i].recent_work = route_rate_recent_work(rt, now);
+        c[i].prefill_tps = st[i].measured_tps;
+        c[i].recent_work = route_recent_work(st[i].work, st[i].work_at, now);
         if (c[i].prefill_tps > 0) {
             sum += c[i].prefill_tps;
             measured++;
@@ -481,7 +481,7 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
     route_scratch *s = NULL;
     st = route_query(r, &req->q, &q, &idx, &s);
     out->n_hash_passes = q.n_hash_passes;
-    if (st == KVR_ROUTE_OK && filter_candidates(req, &q, s->entry_profile) == 0)
+    if (st == KVR_ROUTE_OK && filter_candidates(req, &q, s->entry_profile, s->entry_slot) == 0)
         st = KVR_ROUTE_NO_CANDIDATE;
     /* the decision owns the candidates only when it reports them */
     kvr_route_cost *c = NULL, *owned = NULL;
@@ -491,7 +491,8 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
             c = owned = calloc(q.n_entries ? q.n_entries : 1, sizeof *c);
         else if (route_grow((void **)&s->costs, &s->costs_cap, q.n_entries + 1, sizeof *c) == 0)
             c = memset(s->costs, 0, q.n_entries * sizeof *c);
-        if (!c || !(unique = malloc(s->n_profiles * sizeof *unique)))
+        if (!c || !(unique = malloc(s->n_profiles * sizeof *unique)) ||
+            route_grow((void **)&s->states, &s->states_cap, q.n_entries + 1, sizeof *s->states) < 0)
             st = KVR_ROUTE_NO_MEMORY;
     }
     if (st != KVR_ROUTE_OK) {
@@ -512,14 +513,23 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
     cost_params p = params_of(r, req); /* r->cfg changes under mu (kvr_router_set_config) */
     double now = route_now(r);
     route_bookings_expire(&r->bk, now);
+    /* Each candidate's load and rate, walked in the rank cache's order. */
+    route_slots *slots = route_slots_for(&r->bk, (uintptr_t)idx, s->rank_gen, s->rank_n);
+    for (size_t i = 0; i < n; i++) {
+        route_slot tmp;
+        const kvr_query_entry *e = &q.entries[i];
+        s->states[i] = *route_slot_get(&r->bk, slots, s->entry_slot[i], (uintptr_t)idx,
+                                       e->worker_id, e->dp_rank, &tmp);
+    }
     if (p.model == KVR_COST_TTFT) {
-        fill_rates(r, idx, &q, c, n, now);
+        fill_rates(r, &q, s->states, c, n, now);
         if (r->cfg.learn_prefill_rate)
             p.decode_share = route_fit_share(&r->bk, (uintptr_t)idx, p.decode_share);
     }
     for (size_t i = 0; i < n; i++) {
         uint32_t k = s->entry_profile[i];
-        fill_cost(r, idx, &p, &q.entries[i], &s->profiles[k], unique[k], isl, bs, now, &c[i]);
+        fill_cost(&p, &q.entries[i], &s->states[i], &s->profiles[k], unique[k], isl, bs, now,
+                  &c[i]);
     }
     if (p.model == KVR_COST_TTFT)
         add_duplicate_cost(&p, c, n, bs);

@@ -241,6 +241,54 @@ static void test_memory_bounded_and_returned(void **state)
     rt_expect_nothing_held(f->r);
 }
 
+/* Each candidate's load is read from the router's per-(worker, rank) slots,
+ * which follow the rank cache's positions: a load must stay its worker's
+ * while workers and ranks arrive and shift the positions, and a freed load
+ * must read as none (not as its freed memory). */
+static void test_loads_follow_workers_as_ranks_move(void **state)
+{
+    fx *f = *state;
+    kvr_worker *w20 = rt_register(f->ix, 20, BS, KVR_MM_LEGACY, -1, false, NULL);
+    rt_register(f->ix, 30, BS, KVR_MM_LEGACY, -1, false, NULL);
+    kvr_route_decision d = route_on(f, f->a, "x", 30, 0);
+    assert_int_equal(d.booked_prefill_tokens, 16);
+    kvr_route_decision_free(&d);
+    d = route_on(f, f->a, NULL, 0, 0);
+    assert_int_equal(cost_of(&d, 30)->active_prefill_tokens, 16);
+    assert_int_equal(cost_of(&d, 20)->active_prefill_tokens, 0);
+    kvr_route_decision_free(&d);
+
+    /* Worker 10 sorts before both, worker 20 gains rank 1: every position moves. */
+    rt_register(f->ix, 10, BS, KVR_MM_LEGACY, -1, false, NULL);
+    uint64_t t[N];
+    rt_widen(f->a, t, N);
+    rt_store(f->ix, w20, 1, BS, t, BS, false, 300);
+    d = route_on(f, f->a, NULL, 0, 0);
+    assert_int_equal(cost_of(&d, 30)->active_prefill_tokens, 16);
+    assert_int_equal(cost_of(&d, 20)->active_prefill_tokens, 0);
+    assert_int_equal(cost_of(&d, 20)->dp_rank, 1);
+    assert_int_equal(cost_of(&d, 10)->active_prefill_tokens, 0);
+    kvr_route_decision_free(&d);
+
+    assert_int_equal(kvr_router_release(f->r, "x"), KVR_ROUTE_OK);
+    d = route_on(f, f->a, NULL, 0, 0);
+    assert_int_equal(cost_of(&d, 30)->active_prefill_tokens, 0);
+    assert_int_equal(cost_of(&d, 30)->active_decode_blocks, 0);
+    kvr_route_decision_free(&d);
+
+    d = route_on(f, f->a, "y", 20, 0);
+    uint64_t booked = d.booked_prefill_tokens;
+    assert_int_equal(booked, 12); /* its first block is cached on rank 1 */
+    kvr_route_decision_free(&d);
+    d = route_on(f, f->a, "z", 30, 0);
+    kvr_route_decision_free(&d);
+    d = route_on(f, f->a, NULL, 0, 0);
+    assert_int_equal(cost_of(&d, 20)->active_prefill_tokens, booked);
+    assert_int_equal(cost_of(&d, 30)->active_prefill_tokens, 16);
+    assert_int_equal(cost_of(&d, 10)->active_prefill_tokens, 0);
+    kvr_route_decision_free(&d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -248,6 +296,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_uncached_prefill_booking, setup, teardown),
         cmocka_unit_test(test_ttl_expiry_releases_block_refs),
         cmocka_unit_test_setup_teardown(test_memory_bounded_and_returned, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_loads_follow_workers_as_ranks_move, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
