@@ -73,6 +73,10 @@ typedef struct {
     double seconds;
     double cpu_seconds; /* thread CPU time of the replay (robust on a busy machine) */
     double sys_seconds; /* of which in the kernel (page faults of a growing index) */
+    /* seconds and cpu_seconds time the index's work only; the checksum
+     * comes from a second replay that also reads every match result, timed
+     * as checksum_seconds, checksum_cpu_seconds */
+    double checksum_seconds, checksum_cpu_seconds;
     uint64_t page_faults; /* minor faults during the replay */
     uint64_t events, matches, event_blocks, match_blocks;
     uint64_t parent_not_found, unknown_removes;

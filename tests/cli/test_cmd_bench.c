@@ -39,7 +39,8 @@ static void test_summary_and_events_round_trip(void **state)
     json_t *j = kvr_test_last_line_json(r->out);
     static const char *keys[] = {"ops_per_s",      "block_ops_per_s", "events",
                                  "matches",        "match_p50_us",    "match_p99_us",
-                                 "bytes_per_block", "peak_rss_mb",    "checksum"};
+                                 "bytes_per_block", "peak_rss_mb",    "checksum",
+                                 "ops_per_cpu_s",  "ops_per_cpu_s_with_checksum"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         assert_non_null(json_object_get(j, keys[i]));
     assert_int_equal(json_integer_value(json_object_get(j, "matches")), 120);
