@@ -126,6 +126,51 @@ static void test_salt_from_first_entry(void **state)
 }
 
 /* The encoder writes extra_keys back as it got them, in both styles. */
+/* SPEC §3 bounds: extra_keys holds at most 65 536 entries (one per block,
+ * as many as the hashes). One more drops the event alone as oversized; a
+ * removal after it still decodes. */
+static void test_entry_count_bounded(void **state)
+{
+    (void)state;
+    for (uint32_t n = KVR_WIRE_MAX_HASHES; n <= KVR_WIRE_MAX_HASHES + 1; n++) {
+        size_t cap = 128 + (size_t)n;
+        char *buf = malloc(cap), *p = buf;
+        p = mp_encode_array(p, 2);
+        p = mp_encode_double(p, 1.0);
+        p = mp_encode_array(p, 2);
+        p = mp_encode_array(p, 9);
+        p = mp_encode_str(p, "BlockStored", 11);
+        p = mp_encode_array(p, 1);
+        p = mp_encode_uint(p, 1);
+        p = mp_encode_nil(p);
+        p = mp_encode_array(p, 1);
+        p = mp_encode_uint(p, 1);
+        p = mp_encode_uint(p, 1);
+        for (int k = 0; k < 3; k++)
+            p = mp_encode_nil(p); /* lora_id, medium, position 7 */
+        p = mp_encode_array(p, n);
+        memset(p, 0xc0, n); /* n nil entries */
+        p += n;
+        p = mp_encode_array(p, 2);
+        p = mp_encode_str(p, "BlockRemoved", 12);
+        p = mp_encode_array(p, 1);
+        p = mp_encode_uint(p, 9);
+        assert_true((size_t)(p - buf) <= cap);
+        assert_int_equal(kvr_decode_copy(&g_b, buf, (size_t)(p - buf)), KVR_BATCH_OK);
+        free(buf);
+        assert_int_equal(g_b.n_events, 2);
+        if (n == KVR_WIRE_MAX_HASHES) {
+            assert_int_equal(g_ev.ev[0].type, KVR_EV_STORED);
+            assert_int_equal(g_ev.ev[0].n_extra_keys, n);
+        } else {
+            assert_int_equal(g_ev.ev[0].type, KVR_EV_DROPPED);
+            assert_int_equal(g_ev.ev[0].drop_reason, KVR_DROP_OVERSIZED_EVENT);
+        }
+        assert_int_equal(g_ev.ev[1].type, KVR_EV_REMOVED);
+        assert_int_equal(g_ev.ev[1].block_hashes[0], 9);
+    }
+}
+
 static void test_encoder_round_trip(void **state)
 {
     (void)state;
@@ -163,6 +208,7 @@ int main(void)
         cmocka_unit_test(test_item_kinds),
         cmocka_unit_test(test_salt_from_first_entry),
         cmocka_unit_test(test_encoder_round_trip),
+        cmocka_unit_test(test_entry_count_bounded),
     };
     return cmocka_run_group_tests(tests, kvr_wire_setup, kvr_wire_teardown);
 }
