@@ -106,9 +106,16 @@ kvr_worker *kvr_indexer_find(kvr_indexer *ix, const char *model, const char *gro
  * every source that applies batches with this handle. */
 void kvr_indexer_unregister(kvr_indexer *ix, kvr_worker *w);
 /* Clears one rank and frees its per-rank state (normalizer, converter,
- * counters); the worker stays registered. Returns false if the rank had no
- * state. */
+ * counters) and its declaration; the worker stays registered. Returns false
+ * if the rank had neither. */
 bool kvr_indexer_unregister_rank(kvr_indexer *ix, kvr_worker *w, uint32_t rank);
+/* Records that `rank` of w is registered. Rank state only exists once a
+ * batch names the rank, and an engine registered with kv_events off never
+ * sends one: the router takes its candidates from the ranks with state plus
+ * the declared ones (kvr_worker_info.declared_ranks), so such a rank is
+ * scored as itself, not as rank 0. 0, or -1 (rank >= KVR_MAX_DP_RANKS or out
+ * of memory). */
+int kvr_indexer_declare_rank(kvr_indexer *ix, kvr_worker *w, uint32_t rank);
 
 /* Applies one decoded batch from socket rank `rank` (the batch's own dp_rank
  * overrides it). Events apply in order, each whole: a run of parent-linked
@@ -202,6 +209,8 @@ typedef struct {
     bool wide_seen;                /* any rank saw a wide id since (re)registration */
     uint64_t resets;               /* registrations that returned RESET */
     uint64_t batches_rejected;     /* dp_rank beyond KVR_MAX_DP_RANKS distinct ranks */
+    uint32_t n_declared_ranks;     /* kvr_indexer_declare_rank's, sorted (at most 64 listed) */
+    uint32_t declared_ranks[KVR_MAX_RANKS_INFO];
     kvr_worker *worker;            /* its handle (as kvr_indexer_find gives it) */
     kvr_rank_info ranks[KVR_MAX_RANKS_INFO]; /* entries past n_ranks are not written */
 } kvr_worker_info;

@@ -59,6 +59,7 @@ static void worker_free(kvr_worker *w)
     for (size_t i = 0; i < w->n_ranks; i++)
         kvr_ix_rank_destroy(w->ranks[i]);
     free(w->ranks);
+    free(w->declared);
     pthread_mutex_destroy(&w->mu);
     free(w);
 }

@@ -435,9 +435,46 @@ bool kvr_indexer_unregister_rank(kvr_indexer *ix, kvr_worker *w, uint32_t rank)
         found = true;
         break;
     }
+    pthread_mutex_lock(&w->mu);
+    for (size_t i = 0; i < w->n_declared; i++)
+        if (w->declared[i] == rank) {
+            w->n_declared--;
+            memmove(&w->declared[i], &w->declared[i + 1],
+                    (w->n_declared - i) * sizeof *w->declared);
+            found = true;
+            break;
+        }
+    pthread_mutex_unlock(&w->mu);
     kvr_owner o = kvr_index_find_owner(w->grp->idx, w->worker_id, rank);
     if (o != KVR_OWNER_NONE)
         kvr_index_clear_owner(w->grp->idx, o);
     pthread_rwlock_unlock(&ix->lock);
     return found;
+}
+
+int kvr_indexer_declare_rank(kvr_indexer *ix, kvr_worker *w, uint32_t rank)
+{
+    if (!ix || !w || rank >= KVR_MAX_DP_RANKS)
+        return -1;
+    int rc = 0;
+    pthread_rwlock_rdlock(&ix->lock);
+    pthread_mutex_lock(&w->mu);
+    size_t at = 0; /* where rank is, or goes in order */
+    while (at < w->n_declared && w->declared[at] < rank)
+        at++;
+    if (at == w->n_declared || w->declared[at] != rank) {
+        kvr_grow((void **)&w->declared, &w->cap_declared, w->n_declared + 1,
+                 sizeof *w->declared, 4);
+        if (w->n_declared < w->cap_declared) {
+            memmove(&w->declared[at + 1], &w->declared[at],
+                    (w->n_declared - at) * sizeof *w->declared);
+            w->declared[at] = rank;
+            w->n_declared++;
+        } else {
+            rc = -1;
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+    pthread_rwlock_unlock(&ix->lock);
+    return rc;
 }

@@ -57,6 +57,10 @@ static void worker_info(kvr_worker *w, kvr_worker_info *out)
     kvr_rank_state **ranks = n ? malloc(n * sizeof(*ranks)) : NULL;
     if (ranks)
         memcpy(ranks, w->ranks, n * sizeof(*ranks));
+    out->n_declared_ranks = (uint32_t)(w->n_declared < KVR_MAX_RANKS_INFO ? w->n_declared
+                                                                         : KVR_MAX_RANKS_INFO);
+    if (out->n_declared_ranks)
+        memcpy(out->declared_ranks, w->declared, out->n_declared_ranks * sizeof *w->declared);
     pthread_mutex_unlock(&w->mu);
     if (!ranks)
         return;

@@ -68,6 +68,10 @@ struct kvr_worker {
     pthread_mutex_t mu;
     kvr_rank_state **ranks; /* sorted by rank, so snapshots need no sort */
     size_t n_ranks, cap_ranks;
+    /* ranks registered (kvr_indexer_declare_rank), with state or not:
+     * sorted, under mu */
+    uint32_t *declared;
+    size_t n_declared, cap_declared;
     atomic_uint_fast64_t batches_rejected;
     uint64_t resets;
 };

@@ -344,6 +344,9 @@ static void do_register(kvr_source *src, void *arg)
         rw = p.fresh;
         rw->w = w;
     }
+    /* The router's candidates: a rank without events has no index state to
+     * name it (out of memory here: it is scored as rank 0 until a batch). */
+    kvr_indexer_declare_rank(ix, w, reg->dp_rank);
     out->result = summarize(res, lrc);
     out->reset = res == KVR_REG_RESET;
     out->listener_restarted = lrc == KVR_LISTEN_RESTARTED;

@@ -1,5 +1,7 @@
-/* Candidate ranks per worker. The facade's cheap per-request snapshot
- * (kvr_indexer_caps_list) has no rank list and the full worker info locks
+/* Candidate ranks per worker: those with index state and those registered
+ * (kvr_indexer_declare_rank; a kv_events off rank has no state). The
+ * facade's cheap per-request snapshot (kvr_indexer_caps_list) has no rank
+ * list and the full worker info locks
  * every rank (contending with event application), so ranks are cached per
  * (model, group) and refreshed from kvr_indexer_list when the cache is older
  * than rank_refresh_s or a worker it has never seen shows up. Ranks that
@@ -45,19 +47,30 @@ static route_wr *load_ranks(kvr_indexer *ix, const char *model, const char *grou
     if (nw > cap)
         nw = cap; /* registered meanwhile: picked up by the next refresh */
     size_t np = 0;
-    for (size_t w = 0; w < nw; w++)
-        np += infos[w].n_ranks ? infos[w].n_ranks : 1;
+    for (size_t w = 0; w < nw; w++) {
+        size_t listed = (size_t)infos[w].n_ranks + infos[w].n_declared_ranks;
+        np += listed ? listed : 1;
+    }
     route_wr *pairs = malloc((np ? np : 1) * sizeof *pairs);
     if (pairs) {
+        /* the ranks with state and the registered ones (kv_events off
+         * ranks have no state), each pair once */
         size_t k = 0;
         for (size_t w = 0; w < nw; w++) {
-            if (infos[w].n_ranks == 0)
-                pairs[k++] = (route_wr){infos[w].worker_id, NO_RANK};
-            for (uint32_t i = 0; i < infos[w].n_ranks; i++)
-                pairs[k++] = (route_wr){infos[w].worker_id, infos[w].ranks[i].dp_rank};
+            const kvr_worker_info *in = &infos[w];
+            if (in->n_ranks == 0 && in->n_declared_ranks == 0)
+                pairs[k++] = (route_wr){in->worker_id, NO_RANK};
+            for (uint32_t i = 0; i < in->n_ranks; i++)
+                pairs[k++] = (route_wr){in->worker_id, in->ranks[i].dp_rank};
+            for (uint32_t i = 0; i < in->n_declared_ranks; i++)
+                pairs[k++] = (route_wr){in->worker_id, in->declared_ranks[i]};
         }
-        qsort(pairs, np, sizeof *pairs, cmp_wr);
-        *n_out = np;
+        qsort(pairs, k, sizeof *pairs, cmp_wr);
+        size_t u = 0;
+        for (size_t i = 0; i < k; i++)
+            if (u == 0 || cmp_wr(&pairs[u - 1], &pairs[i]) != 0)
+                pairs[u++] = pairs[i];
+        *n_out = u;
     }
     free(infos);
     return pairs;

@@ -188,6 +188,56 @@ static void test_auto_switches_to_events(void **state)
     done(f);
 }
 
+/* A rank registered without events has no index state; declared, it is a
+ * candidate as itself (was: the worker was scored as rank 0 alone), and
+ * blocks routed to it are its approximate cache. Unregistering the rank
+ * drops it again. */
+static bool has_entry(const kvr_query_result *q, uint64_t worker, uint32_t rank)
+{
+    for (size_t i = 0; i < q->n_entries; i++)
+        if (q->entries[i].worker_id == worker && q->entries[i].dp_rank == rank)
+            return true;
+    return false;
+}
+
+static void test_declared_ranks_are_candidates(void **state)
+{
+    (void)state;
+    fx *f = make(0);
+    kvr_worker *w = reg(f, 2, KVR_KV_EVENTS_OFF);
+    assert_int_equal(kvr_indexer_declare_rank(f->ix, w, 1), 0);
+    assert_int_equal(kvr_indexer_declare_rank(f->ix, w, 5), 0);
+    assert_int_equal(kvr_indexer_declare_rank(f->ix, w, 1), 0); /* once */
+    assert_int_equal(kvr_indexer_declare_rank(f->ix, w, KVR_MAX_DP_RANKS), -1);
+    kvr_query_result q;
+    kvr_query_result_init(&q);
+    kvr_query_request rq = rt_request(f->a, N, NULL, 0);
+    assert_int_equal(kvr_query(f->r, &rq, &q), KVR_ROUTE_OK);
+    assert_int_equal(q.n_entries, 2);
+    assert_true(has_entry(&q, 2, 1) && has_entry(&q, 2, 5));
+    kvr_query_result_free(&q);
+
+    kvr_route_decision d = rt_route_debug(f->r, f->a, N, "a", 0);
+    uint32_t rank = d.dp_rank;
+    assert_true(rank == 1 || rank == 5);
+    kvr_route_decision_free(&d);
+    assert_int_equal(kvr_router_release(f->r, "a"), KVR_ROUTE_OK);
+    kvr_query_result_init(&q);
+    assert_int_equal(kvr_query(f->r, &rq, &q), KVR_ROUTE_OK);
+    assert_int_equal(rt_entry(&q, 2, rank)->gpu_blocks, 16);
+    assert_int_equal(rt_entry(&q, 2, rank == 1 ? 5 : 1)->gpu_blocks, 0);
+    kvr_query_result_free(&q);
+
+    assert_true(kvr_indexer_unregister_rank(f->ix, w, 5));
+    assert_false(kvr_indexer_unregister_rank(f->ix, w, 5));
+    kvr_query_result_init(&q);
+    assert_int_equal(kvr_query(f->r, &rq, &q), KVR_ROUTE_OK);
+    assert_int_equal(q.n_entries, 1);
+    assert_true(has_entry(&q, 2, 1));
+    kvr_query_result_free(&q);
+    done(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -195,6 +245,7 @@ int main(void)
         cmocka_unit_test(test_blocks_expire_after_ttl),
         cmocka_unit_test(test_bounded_oldest_first),
         cmocka_unit_test(test_auto_switches_to_events),
+        cmocka_unit_test(test_declared_ranks_are_candidates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 /* Routing settings over HTTP: max_bookings answers 429 naming the limit
  * (and /metrics counts it); a worker registered with kv_events false is
- * routed by prefix from what kvrouter sent it; bad values of the new fields
+ * routed by prefix from what kvrouter sent it, each of its dp ranks as
+ * itself; bad values of the new fields
  * get a 400 naming the field. */
 #include "test_support.h"
 
@@ -108,6 +109,39 @@ static long post_status(const char *base, const char *path, const char *body)
     long st = 0;
     json_decref(th_json("POST", base, path, body, &st));
     return st;
+}
+
+/* An engine without events registered at dp ranks 0 and 3: each rank is a
+ * candidate of its own (the router used to take ranks from the index, which
+ * holds no state for a rank that publishes nothing, and scored the worker
+ * as rank 0 alone). A request pinned to rank 3 is routed there, and the
+ * follow-up sharing its first two blocks goes back to rank 3. */
+static void test_worker_without_events_keeps_its_dp_ranks(void **state)
+{
+    (void)state;
+    char base[64];
+    kvr_server *srv = start(base, sizeof base, 0);
+    for (int rank = 0; rank <= 3; rank += 3) {
+        char body[256];
+        snprintf(body, sizeof body,
+                 "{\"instance_id\": 2, \"model_name\": \"m\", \"block_size\": 4, "
+                 "\"kv_events\": false, \"dp_rank\": %d}",
+                 rank);
+        long st = th_register(base, body, NULL);
+        assert_true(st == 200 || st == 201);
+    }
+    json_t *r = NULL;
+    assert_int_equal(route(base, "first", "1,2,3,4,5,6,7,8,9,10,11,12",
+                           ", \"worker_id\": 2, \"dp_rank\": 3", &r),
+                     200);
+    assert_int_equal(json_integer_value(json_object_get(r, "dp_rank")), 3);
+    json_decref(r);
+    assert_int_equal(post_status(base, "/free", "{\"request_id\": \"first\"}"), 200);
+    assert_int_equal(route(base, "next", "1,2,3,4,5,6,7,8,90,91,92,93", NULL, &r), 200);
+    assert_int_equal(json_integer_value(json_object_get(r, "dp_rank")), 3);
+    assert_int_equal(json_integer_value(json_object_get(r, "overlap_tokens")), 8);
+    json_decref(r);
+    kvr_server_stop(srv);
 }
 
 static json_t *only_worker(const char *base, json_t **root)
@@ -251,6 +285,7 @@ int main(void)
         cmocka_unit_test(test_max_bookings_is_429_naming_the_limit),
         cmocka_unit_test(test_worker_without_events_routes_by_prefix),
         cmocka_unit_test(test_worker_without_events_needs_no_endpoint),
+        cmocka_unit_test(test_worker_without_events_keeps_its_dp_ranks),
         cmocka_unit_test(test_bad_values_name_the_field),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
