@@ -124,14 +124,14 @@ static int copy_ranks(route_scratch *s, const route_rank_group *g, size_t n_work
         next = j;
         s->spans[w].off = (uint32_t)total;
         s->spans[w].none_pos = KVR_ROUTE_NO_SLOT;
-        for (size_t k = i; k < j; k++)
-            if (g->pairs[k].dp_rank == NO_RANK)
+        for (size_t k = i; k < j; k++) {
+            if (g->pairs[k].dp_rank == NO_RANK) {
                 s->spans[w].none_pos = (uint32_t)k;
-        for (size_t k = i; k < j; k++)
-            if (g->pairs[k].dp_rank != NO_RANK) {
-                s->rank_pos[total] = (uint32_t)k;
-                s->ranks[total++] = g->pairs[k].dp_rank;
+                continue;
             }
+            s->rank_pos[total] = (uint32_t)k;
+            s->ranks[total++] = g->pairs[k].dp_rank;
+        }
         s->spans[w].n = (uint32_t)(total - s->spans[w].off);
     }
     return 0;
