@@ -194,28 +194,34 @@ static bool grow(void **buf, size_t *cap, size_t need, size_t elem)
 
 /* Narrows u64 tokens into the scratch buffer. Returns the position of the
  * first sentinel (n_token_ids if none) and counts wide ids. The narrowing
- * pass is branch-free and notes whether any sentinel came out; only then
- * does a second pass look for the first one (most events have none). */
+ * pass only copies and notes whether any id was a sentinel or wider (a
+ * compare and an or per token); only then does a second pass replace and
+ * count them (most events have none). */
 static size_t narrow(kvr_normalizer *n, const kvr_raw_event *ev, uint64_t *wide)
 {
-    size_t nt = ev->n_token_ids, count = 0;
+    size_t nt = ev->n_token_ids;
     const uint64_t *src = ev->token_ids;
     uint32_t *dst = n->tokens;
     bool any = false;
     for (size_t i = 0; i < nt; i++) {
-        bool w = src[i] > UINT32_MAX;
-        count += w;
-        dst[i] = w ? KVR_WIDE_SENTINEL : (uint32_t)src[i];
-        any |= dst[i] == KVR_WIDE_SENTINEL;
+        any |= src[i] >= KVR_WIDE_SENTINEL;
+        dst[i] = (uint32_t)src[i];
     }
-    *wide = count;
+    *wide = 0;
     if (!any)
         return nt;
     /* A literal 0xFFFFFFFF is no real token either: it counts as media. */
-    for (size_t i = 0; i < nt; i++)
-        if (dst[i] == KVR_WIDE_SENTINEL)
-            return i;
-    return nt;
+    size_t first = nt, count = 0;
+    for (size_t i = 0; i < nt; i++) {
+        if (src[i] < KVR_WIDE_SENTINEL)
+            continue;
+        count += src[i] > UINT32_MAX;
+        dst[i] = KVR_WIDE_SENTINEL;
+        if (first == nt)
+            first = i;
+    }
+    *wide = count;
+    return first;
 }
 
 static void note_wide(kvr_normalizer *n, uint64_t wide)

@@ -97,5 +97,10 @@ kvr_str kvr_wire_salt_from_extra_keys(const kvr_raw_event *ev);
  * KVR_EV_DROPPED; so does one whose scratch cannot be allocated
  * (oversized_event: the event is lost, counted, and the batch goes on). */
 void kvr_wire_decode_event(kvr_batch *b, const char **cur);
+/* The common tagged shapes only (event_fast.c), tried first: true when it
+ * decoded the event at *cur into b->ev, as kvr_wire_decode_event would, and
+ * advanced *cur; false, *cur untouched, for anything kvr_wire_decode_event
+ * must decode (b->ev and the scratch are then garbage). */
+bool kvr_wire_decode_event_fast(kvr_batch *b, const char **cur);
 
 #endif

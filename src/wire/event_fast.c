@@ -1,0 +1,186 @@
+/* The common event shapes decoded straight-line: a tagged BlockStored or
+ * BlockRemoved (SGLang's one event per page, vLLM's tagged form) whose
+ * fields hold what engines send in practice — integer hashes and tokens,
+ * a nil or integer parent, a medium string, nil or a string at position 7,
+ * and no tail but nils. The general readers (event.c, fields.c) dispatch on
+ * every field's type through a table of field readers: about 50
+ * instructions a field, as much as the rest of ingestion. Any other shape,
+ * and any value the general path would drop, is left to it untouched, so
+ * this path decodes a subset of what event.c does, to the same event. */
+#include "wire/wire_internal.h"
+
+#include <msgpuck.h>
+#include <string.h>
+
+/* Reads a non-negative integer (positive fixint, uint 8/16/32/64) at *p. */
+static inline bool take_uint(const char **p, uint64_t *v)
+{
+    unsigned char c = (unsigned char)**p;
+    const char *q = *p + 1;
+    if (c < 0x80) {
+        *v = c;
+    } else {
+        switch (c) {
+        case 0xcc: *v = mp_load_u8(&q); break;
+        case 0xcd: *v = mp_load_u16(&q); break;
+        case 0xce: *v = mp_load_u32(&q); break;
+        case 0xcf: *v = mp_load_u64(&q); break;
+        default: return false;
+        }
+    }
+    *p = q;
+    return true;
+}
+
+/* nil: true, *p past it */
+static inline bool take_nil(const char **p)
+{
+    if ((unsigned char)**p != 0xc0)
+        return false;
+    ++*p;
+    return true;
+}
+
+/* An array of non-negative integers, at most max, into the scratch after
+ * what the event uses. False (nothing kept) for any other shape. */
+static bool take_uints(kvr_batch *b, kvr_raw_event *ev, size_t *used, const char **p,
+                       uint32_t max, const uint64_t **out, uint32_t *n_out)
+{
+    if (mp_typeof(**p) != MP_ARRAY)
+        return false;
+    const char *q = *p;
+    uint32_t n = mp_decode_array(&q);
+    /* nothing is reserved for another shape (Eagle bigrams: arrays) */
+    if (n > max || (n && mp_typeof(*q) != MP_UINT))
+        return false;
+    if (n && !kvr_wire_u64_reserve(b, ev, *used, n))
+        return false;
+    uint64_t *dst = b->u64_buf + *used;
+    for (uint32_t i = 0; i < n; i++) {
+        /* uint 32 first: token ids of today's vocabularies (> 65535) */
+        if ((unsigned char)*q == 0xce) {
+            const char *v = q + 1;
+            dst[i] = mp_load_u32(&v);
+            q = v;
+        } else if (!take_uint(&q, &dst[i])) {
+            return false;
+        }
+    }
+    *out = n ? dst : NULL;
+    *n_out = n;
+    *used += n;
+    *p = q;
+    return true;
+}
+
+/* The medium: "GPU" as SGLang and vLLM write it, else the table; nil is gpu. */
+static bool take_medium(const char **p, kvr_tier *tier)
+{
+    const char *q = *p;
+    if ((unsigned char)*q == 0xa3 && q[1] == 'G' && q[2] == 'P' && q[3] == 'U') {
+        *tier = KVR_TIER_GPU;
+        *p = q + 4;
+        return true;
+    }
+    if (take_nil(p))
+        return true; /* ev->tier is gpu already */
+    if (mp_typeof(*q) != MP_STR)
+        return false;
+    kvr_str m;
+    m.ptr = mp_decode_str(&q, &m.len);
+    int t = kvr_wire_medium_tier(m);
+    if (t < 0)
+        return false;
+    *tier = (kvr_tier)t;
+    *p = q;
+    return true;
+}
+
+/* n values that must all be nil (the layout's tail when unused) */
+static bool take_nils(const char **p, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (!take_nil(p))
+            return false;
+    return true;
+}
+
+/* [tag, hashes, parent, tokens, block_size(, lora_id(, medium(, pos7(, nil...))))] */
+static bool stored(kvr_batch *b, kvr_raw_event *ev, const char **p, uint32_t n)
+{
+    size_t used = 0;
+    uint64_t v;
+    if (n < 5 || n > 13 ||
+        !take_uints(b, ev, &used, p, KVR_WIRE_MAX_HASHES, &ev->block_hashes,
+                    &ev->n_block_hashes))
+        return false;
+    if (!take_nil(p)) {
+        if (!take_uint(p, &ev->parent))
+            return false;
+        ev->has_parent = true;
+    }
+    /* the Eagle bigram form (arrays for tokens) is left to the general path */
+    if (!take_uints(b, ev, &used, p, KVR_WIRE_MAX_TOKENS, &ev->token_ids, &ev->n_token_ids) ||
+        !take_uint(p, &v) || v > UINT32_MAX)
+        return false;
+    ev->block_size = (uint32_t)v;
+    if (n > 5 && !take_nil(p)) {
+        if (!take_uint(p, &v) || v > INT64_MAX)
+            return false;
+        ev->has_lora_id = true;
+        ev->lora_id = (int64_t)v;
+    }
+    if (n > 6 && !take_medium(p, &ev->tier))
+        return false;
+    if (n > 7 && !take_nil(p)) {
+        if (mp_typeof(**p) != MP_STR)
+            return false; /* the SGLang metadata map */
+        ev->lora_name.ptr = mp_decode_str(p, &ev->lora_name.len);
+    }
+    if (n > 8 && !take_nils(p, n - 8))
+        return false;
+    ev->type = KVR_EV_STORED;
+    return true;
+}
+
+/* [tag, hashes(, medium(, nil...))] */
+static bool removed(kvr_batch *b, kvr_raw_event *ev, const char **p, uint32_t n)
+{
+    size_t used = 0;
+    if (n < 2 || n > 7 ||
+        !take_uints(b, ev, &used, p, KVR_WIRE_MAX_HASHES, &ev->block_hashes,
+                    &ev->n_block_hashes))
+        return false;
+    if (n > 2 && !take_medium(p, &ev->tier))
+        return false;
+    if (n > 3 && !take_nils(p, n - 3))
+        return false;
+    ev->type = KVR_EV_REMOVED;
+    return true;
+}
+
+bool kvr_wire_decode_event_fast(kvr_batch *b, const char **cur)
+{
+    const char *p = *cur;
+    unsigned char c = (unsigned char)*p;
+    if (c < 0x92 || c > 0x9d) /* a fixarray of 2..13 elements */
+        return false;
+    uint32_t n = c & 0x0f;
+    p++;
+    kvr_raw_event *ev = &b->ev;
+    memset(ev, 0, sizeof *ev);
+    ev->tier = KVR_TIER_GPU;
+    bool ok;
+    if ((unsigned char)*p == 0xab && memcmp(p + 1, "BlockStored", 11) == 0) {
+        p += 12;
+        ok = stored(b, ev, &p, n);
+    } else if ((unsigned char)*p == 0xac && memcmp(p + 1, "BlockRemoved", 12) == 0) {
+        p += 13;
+        ok = removed(b, ev, &p, n);
+    } else {
+        return false;
+    }
+    if (ok)
+        *cur = p;
+    return ok;
+}
