@@ -253,9 +253,7 @@ void kvr_cluster_stop(kvr_cluster *c)
     if (c->flush_started)
         pthread_join(c->flush_thread, NULL);
     pthread_mutex_lock(&c->mu);
-    c->stop = true;
-    if (c->watch)
-        cl_nats_watch_stop(c->watch);
+    c->stop = true; /* the watch thread sees it within CL_WATCH_POLL_MS */
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     if (c->watch_started)

@@ -231,14 +231,16 @@ typedef struct {
     cl_sync_action action;
     kvr_registration reg;   /* REGISTER: strings in holder */
     void *holder;
-    kvr_unregistration unreg; /* UNREGISTER: strings in the buffers below */
+    kvr_unregistration unreg; /* UNREGISTER: its strings are the buffers below */
     char model[KVR_NAME_MAX];
     char group[KVR_NAME_MAX];
 } cl_sync_todo;
 
 void cl_sync_begin_pass(cl_sync *s);
-/* A watched entry (val NULL for a delete or purge marker). */
-cl_sync_todo cl_sync_entry(cl_sync *s, const char *key, const char *val, size_t len);
+/* What to do about a watched entry (val NULL for a delete or purge
+ * marker), filled into *t. t->unreg points into *t: use t where it was
+ * filled, never a copy. */
+void cl_sync_entry(cl_sync *s, const char *key, const char *val, size_t len, cl_sync_todo *t);
 void cl_sync_todo_done(cl_sync *s, cl_sync_todo *t, bool ok);
 /* The bucket was read to its end: every local record the bucket lacks is
  * to be written. */
@@ -313,10 +315,9 @@ typedef enum {
 
 /* Every key of the bucket: its current values first, then changes. */
 cl_watch *cl_nats_watch(cl_nats *n, cl_bucket b);
-/* The entry stays valid until the next call. */
+/* The entry stays valid until the next call. A watch is used by one thread
+ * only, from cl_nats_watch to cl_nats_watch_destroy (threads.c). */
 cl_watch_result cl_nats_watch_next(cl_watch *w, int timeout_ms, cl_kv_entry *out);
-/* From any thread: the watch's next (or current) call returns BROKEN. */
-void cl_nats_watch_stop(cl_watch *w);
 void cl_nats_watch_destroy(cl_watch *w);
 
 /* The bookings consumer, from the start of the stream, or from just after

@@ -31,7 +31,7 @@ struct kvr_cluster {
     bool need_setup;       /* (re)connected: buckets, stream, watch, consumer */
     bool setup_ok;         /* the buckets and the stream exist since the last connection */
     uint64_t watch_gen;    /* bumped to make the watch thread read the bucket again */
-    cl_watch *watch;       /* the watch thread's current watcher (stopped from ctl) */
+    double next_resync;    /* monotonic time of the next periodic read (control thread) */
     uint64_t loaded_gen;   /* watch_gen whose read reached the end */
     int64_t stream_created;
     bool subscribed;

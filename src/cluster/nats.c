@@ -325,11 +325,6 @@ cl_watch_result cl_nats_watch_next(cl_watch *w, int timeout_ms, cl_kv_entry *out
     return CL_WATCH_ENTRY;
 }
 
-void cl_nats_watch_stop(cl_watch *w)
-{
-    kvWatcher_Stop(w->w);
-}
-
 void cl_nats_watch_destroy(cl_watch *w)
 {
     if (!w)

@@ -210,43 +210,44 @@ void cl_sync_begin_pass(cl_sync *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-static cl_sync_todo unregister_todo(const char *key)
+/* t's unregistration points into t's own buffers: t is filled in place,
+ * never returned by value (a copy's pointers would name the stack frame
+ * that made it: a later call overwrote the model name there, and a delete
+ * marker removed nothing, NOT_FOUND). */
+static void unregister_todo(const char *key, cl_sync_todo *t)
 {
-    cl_sync_todo t;
-    memset(&t, 0, sizeof t);
     uint64_t worker;
     uint32_t rank;
-    if (!cl_key_parse(key, t.model, t.group, &worker, &rank))
-        return t;
-    t.action = CL_SYNC_UNREGISTER;
-    t.unreg.model_name = t.model;
-    t.unreg.routing_group = t.group;
-    t.unreg.worker_id = worker;
-    t.unreg.has_rank = true;
-    t.unreg.dp_rank = rank;
-    return t;
+    if (!cl_key_parse(key, t->model, t->group, &worker, &rank))
+        return;
+    t->action = CL_SYNC_UNREGISTER;
+    t->unreg.model_name = t->model;
+    t->unreg.routing_group = t->group;
+    t->unreg.worker_id = worker;
+    t->unreg.has_rank = true;
+    t->unreg.dp_rank = rank;
 }
 
-cl_sync_todo cl_sync_entry(cl_sync *s, const char *key, const char *val, size_t len)
+void cl_sync_entry(cl_sync *s, const char *key, const char *val, size_t len, cl_sync_todo *t)
 {
-    cl_sync_todo t;
-    memset(&t, 0, sizeof t);
+    memset(t, 0, sizeof *t);
     char *text = NULL;
     if (val) {
         char err[320];
-        if (cl_reg_value_decode(&s->codec, key, val, len, &t.reg, &t.holder, err,
+        if (cl_reg_value_decode(&s->codec, key, val, len, &t->reg, &t->holder, err,
                                 sizeof err) < 0) {
             atomic_fetch_add(&s->invalid, 1);
             KVR_LOG_LIMITED(KVR_LOG_WARN, NULL, "cluster: registration value skipped: %s", err);
-            return t;
+            return;
         }
-        if (!(text = s->codec.encode(s->codec.user, &t.reg))) {
-            s->codec.release(s->codec.user, t.holder);
-            t.holder = NULL;
-            return t;
+        if (!(text = s->codec.encode(s->codec.user, &t->reg))) {
+            s->codec.release(s->codec.user, t->holder);
+            t->holder = NULL;
+            return;
         }
-    } else if (!cl_key_parse(key, t.model, t.group, &t.unreg.worker_id, &t.unreg.dp_rank)) {
-        return t; /* a delete of a key no replica writes */
+    } else if (!cl_key_parse(key, t->model, t->group, &t->unreg.worker_id,
+                             &t->unreg.dp_rank)) {
+        return; /* a delete of a key no replica writes */
     }
     pthread_mutex_lock(&s->mu);
     cl_sync_rec *r = rec_get(s, key, true);
@@ -260,19 +261,18 @@ cl_sync_todo cl_sync_entry(cl_sync *s, const char *key, const char *val, size_t 
         } else {
             clear_dirty(s, r);
             if (val && !same(r->local, r->bucket))
-                t.action = CL_SYNC_REGISTER;
+                t->action = CL_SYNC_REGISTER;
             else if (!val && r->local)
-                t = unregister_todo(key);
+                unregister_todo(key, t);
         }
         rec_drop_if_empty(s, r);
     }
     pthread_mutex_unlock(&s->mu);
     free(text);
-    if (t.action != CL_SYNC_REGISTER && t.holder) {
-        s->codec.release(s->codec.user, t.holder);
-        t.holder = NULL;
+    if (t->action != CL_SYNC_REGISTER && t->holder) {
+        s->codec.release(s->codec.user, t->holder);
+        t->holder = NULL;
     }
-    return t;
 }
 
 void cl_sync_todo_done(cl_sync *s, cl_sync_todo *t, bool ok)

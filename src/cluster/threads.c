@@ -5,6 +5,16 @@
  *   models) subscribes to the bookings stream; while connected it writes
  *   the registry's pending changes and heartbeats membership.
  * - watch: reads the registrations bucket and applies it to the registry.
+ *   Its watcher is touched by this thread alone (made, read, destroyed):
+ *   a read asked for elsewhere (reconnection, the periodic read, stop) is
+ *   a flag it polls every CL_WATCH_POLL_MS. (It was stopped from the
+ *   control thread, under a reading watch thread, right when cnats
+ *   re-creates the watcher's consumer after a reconnection: ASan once
+ *   reported a heap-use-after-free inside libnats' kvWatcher_Stop there.)
+ *   Besides every reconnection, the bucket is read whole every
+ *   CL_RESYNC_S: an entry whose application failed (a registry limit, a
+ *   transient error) or that a consumer lost is applied then, so a replica
+ *   never stays apart from the bucket.
  * - flush: publishes the outbox's batches.
  * A lost connection disables the outbox and marks the state stale; cnats
  * reconnects by itself and the next setup catches up. */
@@ -15,6 +25,9 @@
 #include "cluster/cluster_state.h"
 #include "kvrouter/log.h"
 #include "util/clock.h"
+
+#define CL_WATCH_POLL_MS 250
+#define CL_RESYNC_S 60.0
 
 static bool connected(kvr_cluster *c)
 {
@@ -112,8 +125,7 @@ static bool setup(kvr_cluster *c)
     c->setup_ok = true;
     c->subscribed = false;
     uint64_t gen = ++c->watch_gen;
-    if (c->watch)
-        cl_nats_watch_stop(c->watch);
+    c->next_resync = kvr_clock_mono() + CL_RESYNC_S;
     pthread_cond_broadcast(&c->cv);
     /* The consumer waits for the registrations (their models), not longer
      * than a start would. */
@@ -210,6 +222,11 @@ void *cl_control_main(void *arg)
                 c->beat_now = false;
                 next_beat = 0;
             }
+            if (c->loaded_gen == c->watch_gen && now >= c->next_resync) {
+                c->watch_gen++;
+                c->next_resync = now + CL_RESYNC_S;
+                pthread_cond_broadcast(&c->cv);
+            }
             if (!c->subscribed && c->loaded_gen == c->watch_gen) {
                 pthread_mutex_unlock(&c->mu);
                 subscribe(c);
@@ -264,6 +281,14 @@ static void apply(kvr_cluster *c, cl_sync_todo *t)
     cl_sync_todo_done(&c->sync, t, ok);
 }
 
+static bool read_asked(kvr_cluster *c, uint64_t gen)
+{
+    pthread_mutex_lock(&c->mu);
+    bool asked = c->stop || gen != c->watch_gen;
+    pthread_mutex_unlock(&c->mu);
+    return asked;
+}
+
 /* Reads w until it breaks, stops, or a newer read is asked for. false when
  * it broke by itself (to be made again). */
 static bool read_bucket(kvr_cluster *c, cl_watch *w, uint64_t gen)
@@ -271,10 +296,13 @@ static bool read_bucket(kvr_cluster *c, cl_watch *w, uint64_t gen)
     cl_sync_begin_pass(&c->sync);
     for (;;) {
         cl_kv_entry e;
-        cl_watch_result r = cl_nats_watch_next(w, 1000, &e);
+        cl_watch_result r = cl_nats_watch_next(w, CL_WATCH_POLL_MS, &e);
         if (r == CL_WATCH_ENTRY) {
-            cl_sync_todo t = cl_sync_entry(&c->sync, e.key, e.val, e.len);
+            cl_sync_todo t;
+            cl_sync_entry(&c->sync, e.key, e.val, e.len, &t);
             apply(c, &t);
+            if (read_asked(c, gen))
+                return true;
         } else if (r == CL_WATCH_CAUGHT_UP) {
             cl_sync_end_pass(&c->sync);
             pthread_mutex_lock(&c->mu);
@@ -284,16 +312,10 @@ static bool read_bucket(kvr_cluster *c, cl_watch *w, uint64_t gen)
             pthread_cond_broadcast(&c->cv);
             pthread_mutex_unlock(&c->mu);
         } else if (r == CL_WATCH_TIMEOUT) {
-            pthread_mutex_lock(&c->mu);
-            bool again = c->stop || gen != c->watch_gen;
-            pthread_mutex_unlock(&c->mu);
-            if (again)
+            if (read_asked(c, gen))
                 return true;
         } else {
-            pthread_mutex_lock(&c->mu);
-            bool asked = c->stop || gen != c->watch_gen;
-            pthread_mutex_unlock(&c->mu);
-            return asked;
+            return read_asked(c, gen);
         }
     }
 }
@@ -322,12 +344,8 @@ void *cl_watch_main(void *arg)
             }
             continue;
         }
-        c->watch = w;
         pthread_mutex_unlock(&c->mu);
         bool asked = read_bucket(c, w, gen);
-        pthread_mutex_lock(&c->mu);
-        c->watch = NULL;
-        pthread_mutex_unlock(&c->mu);
         cl_nats_watch_destroy(w);
         pthread_mutex_lock(&c->mu);
         /* A watcher that broke by itself is made again, after a pause. */

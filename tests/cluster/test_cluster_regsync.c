@@ -132,7 +132,8 @@ static void test_local_change_is_written_once(void **state)
     char key[CL_MAX_KEY];
     key_of(1, key);
     const char *val = "m|default|1|0|tcp://a:1";
-    cl_sync_todo t = cl_sync_entry(&f->s, key, val, strlen(val));
+    cl_sync_todo t;
+    cl_sync_entry(&f->s, key, val, strlen(val), &t);
     assert_int_equal(t.action, CL_SYNC_NOTHING);
     /* Unregistering deletes the key. */
     observe(f, KVR_REG_EVENT_REMOVED, &r);
@@ -150,7 +151,8 @@ static void test_bucket_changes_apply_without_echo(void **state)
     key_of(2, key);
     const char *val = "m|default|2|0|tcp://b:2";
     cl_sync_begin_pass(&f->s);
-    cl_sync_todo t = cl_sync_entry(&f->s, key, val, strlen(val));
+    cl_sync_todo t;
+    cl_sync_entry(&f->s, key, val, strlen(val), &t);
     assert_int_equal(t.action, CL_SYNC_REGISTER);
     assert_int_equal(t.reg.origin, KVR_ORIGIN_CLUSTER);
     assert_string_equal(t.reg.endpoint, "tcp://b:2");
@@ -163,7 +165,7 @@ static void test_bucket_changes_apply_without_echo(void **state)
     assert_int_equal(atomic_load(&f->s.applied), 1);
 
     /* A delete marker removes that rank, and the removal writes nothing. */
-    t = cl_sync_entry(&f->s, key, NULL, 0);
+    cl_sync_entry(&f->s, key, NULL, 0, &t);
     assert_int_equal(t.action, CL_SYNC_UNREGISTER);
     assert_string_equal(t.unreg.model_name, "m");
     assert_string_equal(t.unreg.routing_group, "default");
@@ -173,6 +175,46 @@ static void test_bucket_changes_apply_without_echo(void **state)
     observe(f, KVR_REG_EVENT_REMOVED, &gone);
     cl_sync_todo_done(&f->s, &t, true);
     assert_null(write_one(f, true));
+    assert_int_equal(f->s.n_recs, 0);
+}
+
+/* Uses as much stack as the calls between a watched entry and the registry
+ * call that applies it may (a contended unlock, free, the registry). */
+__attribute__((noinline)) static void use_stack(void)
+{
+    volatile char scratch[32768];
+    memset((char *)scratch, 'x', sizeof scratch);
+}
+
+/* A delete marker's unregistration names its model and group after other
+ * calls ran on the watch thread's stack: its strings live in the todo the
+ * caller holds (they named the dead frame of the function that built it;
+ * a contended unlock or a free overwrote them and the rank stayed: replica
+ * 0 kept an /unregister'ed worker in test_cluster_replicas under load). */
+static void test_delete_marker_names_survive_later_calls(void **state)
+{
+    fx *f = *state;
+    char key[CL_MAX_KEY];
+    key_of(7, key);
+    const char *val = "m|default|7|0|tcp://b:7";
+    cl_sync_todo t;
+    cl_sync_entry(&f->s, key, val, strlen(val), &t);
+    assert_int_equal(t.action, CL_SYNC_REGISTER);
+    kvr_registration applied = t.reg;
+    observe(f, KVR_REG_EVENT_ADDED, &applied);
+    cl_sync_todo_done(&f->s, &t, true);
+
+    cl_sync_entry(&f->s, key, NULL, 0, &t);
+    use_stack();
+    assert_int_equal(t.action, CL_SYNC_UNREGISTER);
+    assert_ptr_equal(t.unreg.model_name, t.model);
+    assert_ptr_equal(t.unreg.routing_group, t.group);
+    assert_string_equal(t.unreg.model_name, "m");
+    assert_string_equal(t.unreg.routing_group, "default");
+    assert_int_equal(t.unreg.worker_id, 7);
+    kvr_registration gone = reg_of(7, "tcp://b:7", KVR_ORIGIN_CLUSTER);
+    observe(f, KVR_REG_EVENT_REMOVED, &gone);
+    cl_sync_todo_done(&f->s, &t, true);
     assert_int_equal(f->s.n_recs, 0);
 }
 
@@ -187,9 +229,10 @@ static void test_pending_local_change_wins(void **state)
     /* the reconnection's read shows an older value, then its delete */
     cl_sync_begin_pass(&f->s);
     const char *old = "m|default|3|0|tcp://old:3";
-    cl_sync_todo t = cl_sync_entry(&f->s, key, old, strlen(old));
+    cl_sync_todo t;
+    cl_sync_entry(&f->s, key, old, strlen(old), &t);
     assert_int_equal(t.action, CL_SYNC_NOTHING);
-    t = cl_sync_entry(&f->s, key, NULL, 0);
+    cl_sync_entry(&f->s, key, NULL, 0, &t);
     assert_int_equal(t.action, CL_SYNC_NOTHING);
     cl_sync_end_pass(&f->s);
     char *v = write_one(f, true);
@@ -198,7 +241,7 @@ static void test_pending_local_change_wins(void **state)
     assert_null(write_one(f, true));
     /* Once written, a newer value from elsewhere applies again. */
     const char *newer = "m|default|3|0|tcp://new:3";
-    t = cl_sync_entry(&f->s, key, newer, strlen(newer));
+    cl_sync_entry(&f->s, key, newer, strlen(newer), &t);
     assert_int_equal(t.action, CL_SYNC_REGISTER);
     cl_sync_todo_done(&f->s, &t, true);
 }
@@ -233,9 +276,10 @@ static void test_full_read_refills_missing_keys(void **state)
     free(v);
     const char *val5 = "m|default|5|0|tcp://e:5", *val6 = "m|default|6|0|tcp://f:6";
     cl_sync_begin_pass(&f->s);
-    cl_sync_todo t = cl_sync_entry(&f->s, k5, val5, strlen(val5));
+    cl_sync_todo t;
+    cl_sync_entry(&f->s, k5, val5, strlen(val5), &t);
     assert_int_equal(t.action, CL_SYNC_NOTHING); /* our own write */
-    t = cl_sync_entry(&f->s, k6, val6, strlen(val6));
+    cl_sync_entry(&f->s, k6, val6, strlen(val6), &t);
     kvr_registration applied = t.reg;
     observe(f, KVR_REG_EVENT_ADDED, &applied);
     cl_sync_todo_done(&f->s, &t, true);
@@ -261,18 +305,19 @@ static void test_bad_values_are_skipped(void **state)
     char key[CL_MAX_KEY];
     key_of(7, key);
     const char *garbage = "not a registration";
-    cl_sync_todo t = cl_sync_entry(&f->s, key, garbage, strlen(garbage));
+    cl_sync_todo t;
+    cl_sync_entry(&f->s, key, garbage, strlen(garbage), &t);
     assert_int_equal(t.action, CL_SYNC_NOTHING);
     const char *elsewhere = "m|default|8|0|tcp://h:8"; /* worker 8 under worker 7's key */
-    t = cl_sync_entry(&f->s, key, elsewhere, strlen(elsewhere));
+    cl_sync_entry(&f->s, key, elsewhere, strlen(elsewhere), &t);
     assert_int_equal(t.action, CL_SYNC_NOTHING);
     char *big = malloc(CL_MAX_VALUE_BYTES + 2);
     memset(big, 'a', CL_MAX_VALUE_BYTES + 1);
     big[CL_MAX_VALUE_BYTES + 1] = 0;
-    t = cl_sync_entry(&f->s, key, big, CL_MAX_VALUE_BYTES + 1);
+    cl_sync_entry(&f->s, key, big, CL_MAX_VALUE_BYTES + 1, &t);
     assert_int_equal(t.action, CL_SYNC_NOTHING);
     free(big);
-    t = cl_sync_entry(&f->s, "no.such.key", NULL, 0);
+    cl_sync_entry(&f->s, "no.such.key", NULL, 0, &t);
     assert_int_equal(t.action, CL_SYNC_NOTHING);
     assert_int_equal(atomic_load(&f->s.invalid), 3);
     assert_null(write_one(f, true));
@@ -327,7 +372,8 @@ static void test_discovered_and_peer_records_stay_local(void **state)
     char key[CL_MAX_KEY];
     key_of(11, key);
     const char *val = "m|default|11|0|tcp://http:11";
-    cl_sync_todo t = cl_sync_entry(&f->s, key, val, strlen(val));
+    cl_sync_todo t;
+    cl_sync_entry(&f->s, key, val, strlen(val), &t);
     assert_int_equal(t.action, CL_SYNC_REGISTER);
     cl_sync_todo_done(&f->s, &t, true);
     /* An /unregister here of a record the bucket holds deletes it, whatever
@@ -346,6 +392,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_local_change_is_written_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bucket_changes_apply_without_echo, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_delete_marker_names_survive_later_calls, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_pending_local_change_wins, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_write_is_retried, setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_read_refills_missing_keys, setup, teardown),
