@@ -40,10 +40,12 @@ static const char bench_usage[] =
     "Then replays the stream through the index on one thread and reports ops/s\n"
     "(events + matches), block ops/s, match latency, bytes per (worker, block)\n"
     "ownership and a checksum (sum of matched gpu blocks over all matches and\n"
-    "workers). --threads T > 1 also replays events on one thread while T-1 threads\n"
-    "run the matches concurrently. --emit-events writes the stream as JSON lines;\n"
-    "--events replays such a file instead of building one. The last line of the\n"
-    "output is one JSON object.\n";
+    "workers). The rates time the index's work only: the checksum comes from a\n"
+    "second replay on a fresh index that also reads every match result (its rate:\n"
+    "ops_per_cpu_s_with_checksum). --threads T > 1 also replays events on one\n"
+    "thread while T-1 threads run the matches concurrently. --emit-events writes\n"
+    "the stream as JSON lines; --events replays such a file instead of building\n"
+    "one. The last line of the output is one JSON object.\n";
 
 int kvr_cmd_bench(int argc, char **argv)
 {
