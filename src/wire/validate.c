@@ -5,42 +5,50 @@
 #include <msgpuck.h>
 #include <stdint.h>
 
-/* Bytes of a non-negative integer by its first byte (positive fixint,
- * uint 8/16/32/64), 0 for anything else: token ids and block hashes are
- * most of a batch, stepped over here without the general dispatch. */
-static const uint8_t uint_bytes[256] = {
-#define R16(v) v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v
-    R16(1), R16(1), R16(1), R16(1), R16(1), R16(1), R16(1), R16(1),
-    R16(0), R16(0), R16(0), R16(0),
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 3, 5, 9, /* 0xc0 .. 0xcf */
-    R16(0), R16(0), R16(0),
-#undef R16
+/* Bytes of an item that is a scalar of at most 32 bytes, by its first byte
+ * (1 + msgpuck's hint where the hint is >= 0); 0 for containers (empty
+ * fixarray / fixmap included: a level the depth bound counts) and for
+ * strings, bins and exts of an explicit length. test_wire_fast_path checks
+ * it against mp_parser_hint byte by byte. */
+#define R8(v) v, v, v, v, v, v, v, v
+const uint8_t kvr_wire_scalar_bytes[256] = {
+    R8(1), R8(1), R8(1), R8(1), R8(1), R8(1), R8(1), R8(1),         /* 0x00: fixint */
+    R8(1), R8(1), R8(1), R8(1), R8(1), R8(1), R8(1), R8(1),         /* 0x40 */
+    R8(0), R8(0), R8(0), R8(0),                                     /* 0x80: fixmap, fixarray */
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,          /* 0xa0: fixstr */
+    17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, /* 0xb0 */
+    1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 5, 9, 2, 3, 5, 9, /* 0xc0: nil, bool, bin, ext, float, uint */
+    2, 3, 5, 9, 3, 4, 6, 10, 18, 0, 0, 0, 0, 0, 0, 0, /* 0xd0: int, fixext, str, array, map */
+    R8(1), R8(1), R8(1), R8(1),                                     /* 0xe0: negative fixint */
 };
+#undef R8
 
-/* Steps over the leading non-negative integers of the next n elements,
- * each inside [*cur, end); returns how many. */
-static uint64_t skip_uints(const char **cur, const char *end, uint64_t n)
+/* Steps over the leading scalars of the next n items (token ids, block
+ * hashes and an event's small fields are most of a batch), each checked to
+ * lie inside [*cur, end) as the walk would; returns how many. */
+/* always inlined: called twice per container, where a call costs as much as
+ * the few items an event's arrays hold */
+static inline __attribute__((always_inline)) uint64_t
+skip_scalars(const char **cur, const char *end, uint64_t n)
 {
     const char *p = *cur;
     uint64_t k = 0;
-    /* the first `sure` elements fit whatever their length (9 bytes at
-     * most): no bound check for them */
-    uint64_t sure = (uint64_t)(end - p) / 9;
-    if (sure > n)
-        sure = n;
-    for (; k < sure; k++) {
-        size_t len = uint_bytes[(unsigned char)*p];
-        if (!len)
-            goto out;
-        p += len;
+    /* while n items of 32 bytes surely fit, no bound check per item */
+    if ((uint64_t)(end - p) / 32 >= n) {
+        for (; k < n; k++) {
+            size_t len = kvr_wire_scalar_bytes[(unsigned char)*p];
+            if (!len)
+                break;
+            p += len;
+        }
+    } else {
+        for (; k < n && p < end; k++) {
+            size_t len = kvr_wire_scalar_bytes[(unsigned char)*p];
+            if (!len || len > (size_t)(end - p))
+                break;
+            p += len;
+        }
     }
-    for (; k < n && p < end; k++) {
-        size_t len = uint_bytes[(unsigned char)*p];
-        if (!len || len > (size_t)(end - p))
-            break;
-        p += len;
-    }
-out:
     *cur = p;
     return k;
 }
@@ -55,47 +63,47 @@ static uint32_t load_len(const char *p, unsigned bytes)
 }
 
 /* Iterative walk over msgpuck's own item boundaries (mp_parser_hint, the
- * table mp_check steps with, so both see the same items): left[d] is the
- * number of elements still to read in the container open at depth d (depth
- * 0 is the single top-level value). Every count is checked against the
- * bytes left before it is trusted, so when the walk ends at `end` every
- * count was honest. */
+ * table mp_check steps with, so both see the same items): rem is the number
+ * of elements still to read in the container open at depth `depth` (depth
+ * 0 is the single top-level value), left[d] that of the container open at
+ * depth d < depth. Every count is checked against the bytes left before it
+ * is trusted, so when the walk ends at `end` every count was honest. */
 static kvr_batch_error walk(const char *p, const char *end, kvr_wire_top *top)
 {
-    uint64_t left[KVR_WIRE_MAX_DEPTH + 1];
+    uint64_t left[KVR_WIRE_MAX_DEPTH];
+    uint64_t rem = 1;
     unsigned depth = 0;
     top->n = 0;
-    left[0] = 1;
     const char *cur = p;
     for (;;) {
-        while (left[depth] == 0) {
+        if (rem == 0) {
             if (depth == 0)
                 return cur == end ? KVR_BATCH_OK : KVR_BATCH_INVALID_MSGPACK;
-            depth--;
+            rem = left[--depth];
+            if (depth >= 2)
+                rem -= skip_scalars(&cur, end, rem);
+            continue;
         }
-        left[depth]--;
+        rem--;
         if (cur >= end)
             return KVR_BATCH_INVALID_MSGPACK;
         if (depth == 1 && top->n < KVR_WIRE_TOP_MAX)
             top->at[top->n++] = cur;
         unsigned char c = (unsigned char)*cur++;
         int l = mp_parser_hint[c];
-        uint64_t n;
-        bool is_array;
-        if (l > 0) { /* a scalar of l more bytes, fixstr included */
+        if (l >= 0) {
+            /* a scalar of l more bytes (fixstr included), or an empty
+             * fixarray / fixmap, which still counts as a level */
             if ((size_t)l > (size_t)(end - cur))
                 return KVR_BATCH_INVALID_MSGPACK;
             cur += l;
+            if (l == 0 && (c & 0xef) == 0x80 && depth + 1 > KVR_WIRE_MAX_DEPTH)
+                return KVR_BATCH_TOO_LARGE;
             continue;
         }
-        if (l == 0) { /* a one-byte scalar, or an empty fixarray / fixmap */
-            if ((c & 0xef) != 0x80)
-                continue;
-            n = 0;
-            is_array = c == 0x90;
-        } else if (l > MP_HINT) { /* fixarray, fixmap: -l elements */
+        uint64_t n;
+        if (l > MP_HINT) { /* fixarray, fixmap: -l items */
             n = (uint64_t)-l;
-            is_array = c >= 0x90;
         } else {
             /* str/bin, array, map, ext of a 1, 2 or 4-byte length */
             unsigned bytes;
@@ -117,8 +125,7 @@ static kvr_batch_error walk(const char *p, const char *end, kvr_wire_top *top)
                 cur += n;
                 continue;
             }
-            is_array = l == MP_HINT_ARRAY_16 || l == MP_HINT_ARRAY_32;
-            if (!is_array)
+            if (l == MP_HINT_MAP_16 || l == MP_HINT_MAP_32)
                 n *= 2;
         }
         /* every element takes at least one byte */
@@ -126,13 +133,15 @@ static kvr_batch_error walk(const char *p, const char *end, kvr_wire_top *top)
             return KVR_BATCH_INVALID_MSGPACK;
         if (depth + 1 > KVR_WIRE_MAX_DEPTH)
             return KVR_BATCH_TOO_LARGE;
-        left[++depth] = n;
+        left[depth++] = rem;
+        rem = n;
         /* deeper than the top container's elements, no position is noted:
-         * integers there need no trip through the loop */
-        if (is_array && depth >= 2)
-            left[depth] -= skip_uints(&cur, end, n);
+         * scalars there need no trip through the loop */
+        if (depth >= 2)
+            rem -= skip_scalars(&cur, end, n);
     }
 }
+
 kvr_batch_error kvr_wire_validate(const char *p, size_t len, kvr_wire_top *top)
 {
     /* msgpuck counts pending elements in an int. A forged count can bring

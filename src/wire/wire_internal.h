@@ -38,6 +38,9 @@ typedef struct {
 } kvr_wire_top;
 
 kvr_batch_error kvr_wire_validate(const char *p, size_t len, kvr_wire_top *top);
+/* Bytes of a scalar item of at most 32 bytes by its first byte, 0 for any
+ * other item (validate.c). */
+extern const uint8_t kvr_wire_scalar_bytes[256];
 
 /* Makes room for `extra` more u64s after b->u64_buf[used], for the event
  * being decoded (ev, which lives in b). The scratch grows to exactly what

@@ -3,7 +3,9 @@
  * produce exactly what the general decoder (event.c) produces, and it must
  * leave alone every event the general decoder drops. Checked on random
  * tagged events that mix the shapes engines send with every other value
- * type in every position, and on the shapes the bench and SGLang send. */
+ * type in every position, and on the shapes the bench and SGLang send.
+ * Also: the validating walk's own table of scalar sizes agrees with msgpuck's
+ * parser hints, which mp_check steps with. */
 #include "test_support.h"
 
 #include <msgpuck.h>
@@ -298,9 +300,22 @@ static void test_common_shapes_take_the_fast_path(void **state)
     assert_int_equal(events, 3);
 }
 
+/* The walk's table of scalar sizes says what msgpuck's parser hint says. */
+static void test_scalar_table_matches_msgpuck(void **state)
+{
+    (void)state;
+    for (unsigned c = 0; c < 256; c++) {
+        int l = mp_parser_hint[c];
+        bool empty_container = c == 0x80 || c == 0x90;
+        unsigned want = l >= 0 && !empty_container ? 1u + (unsigned)l : 0u;
+        assert_int_equal(kvr_wire_scalar_bytes[c], want);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_scalar_table_matches_msgpuck),
         cmocka_unit_test(test_fast_path_equals_general_decoder),
         cmocka_unit_test(test_common_shapes_take_the_fast_path),
     };
