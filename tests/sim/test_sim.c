@@ -170,14 +170,20 @@ static void test_approx_tree_rules(void **state)
 
 /* On a real trace slice with small caches, the oracle's hit rate bounds
  * every baseline's, and every rate is a fraction. */
+/* The first n requests of the conversation trace. */
+static void load_trace(kvr_trace *t, size_t n)
+{
+    char err[256];
+    assert_int_equal(
+        kvr_trace_load(kvr_test_path("data/conversation_trace.jsonl"), n, t, err, sizeof err), 0);
+}
+
 static void test_oracle_bounds_baselines(void **state)
 {
     (void)state;
     kvr_trace t;
     char err[256];
-    assert_int_equal(kvr_trace_load(kvr_test_path("data/conversation_trace.jsonl"), 300, &t, err,
-                                    sizeof err),
-                     0);
+    load_trace(&t, 300);
     kvr_sim_workload wl;
     assert_int_equal(kvr_sim_workload_init(&wl, &t, 0, 1), 0);
     kvr_sim_config c;
@@ -295,6 +301,55 @@ static void test_kimi_share_spreads(void **state)
     assert_false(kvr_sim_engine_is_kimi(&c, 3));
 }
 
+/* What the matrix's shapes vary that the baselines cannot see (README,
+ * "What the shapes vary"): a dp rank is a worker of its own, so 4 engines
+ * x 2 ranks are 8 engines; and images, Kimi engines and the vLLM wire change
+ * what a router must translate, not what an engine caches or reuses (each
+ * engine caches its own form of the same image every turn). Every baseline
+ * gives the same figures on the three fleets; the options are applied all
+ * the same (the third fleet's requests carry images, some on Kimi slots). */
+static void test_shapes_the_baselines_cannot_tell_apart(void **state)
+{
+    (void)state;
+    kvr_trace t;
+    char err[256];
+    load_trace(&t, 300);
+    kvr_sim_workload text, media;
+    assert_int_equal(kvr_sim_workload_init(&text, &t, 0, 1), 0);
+    assert_int_equal(kvr_sim_workload_init(&media, &t, 0.2, 1), 0);
+    assert_true(kvr_u64map_len(&media.image_ids) > 0);
+    kvr_sim_config c[3];
+    for (int k = 0; k < 3; k++) {
+        base_config(&c[k], 8);
+        c[k].capacity = 512;
+        c[k].diagnose = true;
+    }
+    c[1].engines = 4;
+    c[1].dp = 2;
+    c[2].kimi_share = 0.5;
+    c[2].wire = KVR_WIRE_VLLM;
+    const kvr_sim_workload *wl[3] = {&text, &text, &media};
+    kvr_sim_policy pols[] = {KVR_SIM_ROUND_ROBIN, KVR_SIM_RANDOM, KVR_SIM_LEAST_LOADED,
+                             KVR_SIM_APPROX_TREE};
+    for (size_t p = 0; p < sizeof pols / sizeof pols[0]; p++) {
+        kvr_sim_result r[3];
+        for (int k = 0; k < 3; k++)
+            assert_int_equal(kvr_sim_run(&c[k], wl[k], pols[p], &r[k], err, sizeof err), 0);
+        assert_true(r[0].reused_tokens > 0);
+        for (int k = 1; k < 3; k++) {
+            assert_int_equal(r[k].reused_tokens, r[0].reused_tokens);
+            assert_true(r[k].max_mean_load == r[0].max_mean_load);
+            assert_true(r[k].ttft_p50_ms == r[0].ttft_p50_ms);
+            assert_true(r[k].ttft_p99_ms == r[0].ttft_p99_ms);
+        }
+        assert_int_equal(r[0].diag.mm_requests, 0);
+        assert_true(r[2].diag.mm_requests > 0 && r[2].diag.mm_on_kimi > 0);
+    }
+    kvr_sim_workload_free(&text);
+    kvr_sim_workload_free(&media);
+    kvr_trace_free(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -307,6 +362,7 @@ int main(void)
         cmocka_unit_test(test_kimi_share_spreads),
         cmocka_unit_test(test_diagnosis_best_and_visible),
         cmocka_unit_test(test_image_in_newest_full_block),
+        cmocka_unit_test(test_shapes_the_baselines_cannot_tell_apart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
