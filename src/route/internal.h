@@ -231,12 +231,25 @@ typedef struct route_slots {
  * positions); NULL when the caller's positions are older than the slots'
  * (it looks up by hash) or out of memory. */
 route_slots *route_slots_for(route_bookings *b, uintptr_t index, uint64_t gen, size_t n);
+/* route_slot_get when the slot at pos is not bound to the key: binds it
+ * if it is free, else fills *tmp from the maps. */
+const route_slot *route_slot_miss(route_bookings *b, route_slots *t, uint32_t pos,
+                                  uintptr_t index, uint64_t worker_id, uint32_t dp_rank,
+                                  route_slot *tmp);
 /* The state of (worker, rank) at pos of t (t may be NULL, pos
  * KVR_ROUTE_NO_SLOT): the slot's own when bound to that key, else *tmp
- * filled from the maps. */
-const route_slot *route_slot_get(route_bookings *b, route_slots *t, uint32_t pos,
-                                 uintptr_t index, uint64_t worker_id, uint32_t dp_rank,
-                                 route_slot *tmp);
+ * filled from the maps. Valid until the next route_slots_for. */
+static inline const route_slot *route_slot_get(route_bookings *b, route_slots *t, uint32_t pos,
+                                               uintptr_t index, uint64_t worker_id,
+                                               uint32_t dp_rank, route_slot *tmp)
+{
+    if (t && pos < t->n) {
+        const route_slot *sl = &t->slot[pos];
+        if (sl->bound && sl->worker_id == worker_id && sl->dp_rank == dp_rank)
+            return sl;
+    }
+    return route_slot_miss(b, t, pos, index, worker_id, dp_rank, tmp);
+}
 /* Re-reads the slot of (index, worker, rank), if bound, from the maps:
  * called by every change to a load's existence or a rate's figures. */
 void route_slot_changed(route_bookings *b, uintptr_t index, uint64_t worker_id, uint32_t dp_rank);
@@ -336,8 +349,10 @@ typedef struct route_scratch {
     size_t ep_cap;
     uint32_t *entry_slot; /* per kvr_query_result entry: its rank position, or NO_SLOT */
     size_t es_cap;
-    route_slot *states; /* kvr_route: each candidate's state, read once */
+    const route_slot **states; /* kvr_route: each candidate's state, read once */
     size_t states_cap;
+    route_slot *unslotted; /* the states of candidates without a bound slot */
+    size_t unslotted_cap;
     /* kvr_route's candidates when the decision does not keep them (not
      * debug): reused, as a fresh 112 KB per 1000-worker /route was not */
     kvr_route_cost *costs;

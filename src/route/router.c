@@ -100,6 +100,7 @@ static void scratch_destroy(route_scratch *s)
     free(s->entry_profile);
     free(s->entry_slot);
     free(s->states);
+    free(s->unslotted);
     free(s->costs);
     free(s);
 }

@@ -232,15 +232,15 @@ static void fill_cost(const cost_params *p, const kvr_query_entry *e, const rout
  * is taken as the mean: workers of one kind measure a little apart by
  * chance, and a worker measured 3 % faster would otherwise win every cold
  * request of an idle fleet; engines of different kinds differ by far more. */
-static void fill_rates(kvr_router *r, const kvr_query_result *q, const route_slot *st,
+static void fill_rates(kvr_router *r, const kvr_query_result *q, const route_slot *const *st,
                        kvr_route_cost *c, size_t n, double now)
 {
     double sum = 0;
     size_t measured = 0;
     for (size_t i = 0; i < n; i++) {
         const kvr_query_entry *e = &q->entries[i];
-        c[i].prefill_tps = st[i].measured_tps;
-        c[i].recent_work = route_recent_work(st[i].work, st[i].work_at, now);
+        c[i].prefill_tps = st[i]->measured_tps;
+        c[i].recent_work = route_recent_work(st[i]->work, st[i]->work_at, now);
         if (c[i].prefill_tps > 0) {
             sum += c[i].prefill_tps;
             measured++;
@@ -492,7 +492,9 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
         else if (route_grow((void **)&s->costs, &s->costs_cap, q.n_entries + 1, sizeof *c) == 0)
             c = memset(s->costs, 0, q.n_entries * sizeof *c);
         if (!c || !(unique = malloc(s->n_profiles * sizeof *unique)) ||
-            route_grow((void **)&s->states, &s->states_cap, q.n_entries + 1, sizeof *s->states) < 0)
+            route_grow((void **)&s->states, &s->states_cap, q.n_entries + 1, sizeof *s->states) < 0 ||
+            route_grow((void **)&s->unslotted, &s->unslotted_cap, q.n_entries + 1,
+                       sizeof *s->unslotted) < 0)
             st = KVR_ROUTE_NO_MEMORY;
     }
     if (st != KVR_ROUTE_OK) {
@@ -516,10 +518,9 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
     /* Each candidate's load and rate, walked in the rank cache's order. */
     route_slots *slots = route_slots_for(&r->bk, (uintptr_t)idx, s->rank_gen, s->rank_n);
     for (size_t i = 0; i < n; i++) {
-        route_slot tmp;
         const kvr_query_entry *e = &q.entries[i];
-        s->states[i] = *route_slot_get(&r->bk, slots, s->entry_slot[i], (uintptr_t)idx,
-                                       e->worker_id, e->dp_rank, &tmp);
+        s->states[i] = route_slot_get(&r->bk, slots, s->entry_slot[i], (uintptr_t)idx,
+                                      e->worker_id, e->dp_rank, &s->unslotted[i]);
     }
     if (p.model == KVR_COST_TTFT) {
         fill_rates(r, &q, s->states, c, n, now);
@@ -528,7 +529,7 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
     }
     for (size_t i = 0; i < n; i++) {
         uint32_t k = s->entry_profile[i];
-        fill_cost(&p, &q.entries[i], &s->states[i], &s->profiles[k], unique[k], isl, bs, now,
+        fill_cost(&p, &q.entries[i], s->states[i], &s->profiles[k], unique[k], isl, bs, now,
                   &c[i]);
     }
     if (p.model == KVR_COST_TTFT)

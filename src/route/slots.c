@@ -53,13 +53,11 @@ static void slot_read(route_bookings *b, route_slot *sl, uintptr_t index)
     sl->work_at = rt ? rt->work_at : 0;
 }
 
-const route_slot *route_slot_get(route_bookings *b, route_slots *t, uint32_t pos,
-                                 uintptr_t index, uint64_t worker_id, uint32_t dp_rank,
-                                 route_slot *tmp)
+const route_slot *route_slot_miss(route_bookings *b, route_slots *t, uint32_t pos,
+                                  uintptr_t index, uint64_t worker_id, uint32_t dp_rank,
+                                  route_slot *tmp)
 {
     route_slot *sl = t && pos < t->n ? &t->slot[pos] : NULL;
-    if (sl && sl->bound && sl->worker_id == worker_id && sl->dp_rank == dp_rank)
-        return sl;
     *tmp = (route_slot){.worker_id = worker_id, .dp_rank = dp_rank};
     slot_read(b, tmp, index);
     if (!sl || sl->bound)
