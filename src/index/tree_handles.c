@@ -1,14 +1,15 @@
 /* Engine hashes -> blocks (tree_internal.h, "Handles"): the engine table
  * of creator hashes, the owners' exception handles, and the lookup of the
- * block an owner calls by a hash. */
+ * block an owner calls by a hash. Adding a block to the engine table
+ * (kvr_tree_engine_add) is inline in tree_internal.h: stores do it for
+ * every new block. */
 #include <stdlib.h>
 
 #include "index/tree_internal.h"
 
 static uint64_t exc_key(uint32_t owner, uint32_t b) { return (uint64_t)owner << 32 | b; }
 
-/* The block the owner calls e through an exception handle, KVR_NIL if none. */
-static uint32_t exc_search(const kvr_index *idx, uint32_t owner, uint64_t e, uint32_t fp)
+uint32_t kvr_tree_exc_search(const kvr_index *idx, uint32_t owner, uint64_t e, uint32_t fp)
 {
     const kvr_idtab *x = &idx->owners[owner].exc;
     for (uint32_t i = kvr_idtab_home(x, fp); x->slot[i]; i = kvr_probe_next(i, x->cap)) {
@@ -22,23 +23,10 @@ static uint32_t exc_search(const kvr_index *idx, uint32_t owner, uint64_t e, uin
     return KVR_NIL;
 }
 
-static inline uint32_t exc_find(const kvr_index *idx, uint32_t owner, uint64_t e, uint32_t fp)
-{
-    return idx->owners[owner].exc.len ? exc_search(idx, owner, e, fp) : KVR_NIL;
-}
-
-/* Whether the owner holds block b under its creator hash. */
-static inline bool holds_plain(const kvr_index *idx, uint32_t owner, uint32_t b, uint32_t *entry)
-{
-    uint32_t en = kvr_tree_entry(idx, b, owner);
-    *entry = en;
-    return en && !(en & KVR_OSET_EXC);
-}
-
 uint32_t kvr_tree_lookup(const kvr_index *idx, uint32_t owner, uint64_t e, uint32_t *entry)
 {
     uint32_t fp = kvr_engine_fp(e);
-    uint32_t b = exc_find(idx, owner, e, fp);
+    uint32_t b = kvr_tree_exc_find(idx, owner, e, fp);
     if (b) {
         *entry = kvr_tree_entry(idx, b, owner);
         return b;
@@ -51,36 +39,9 @@ uint32_t kvr_tree_lookup(const kvr_index *idx, uint32_t owner, uint64_t e, uint3
     for (uint32_t i = kvr_idtab_home(t, fp); t->slot[i]; i = kvr_probe_next(i, t->cap)) {
         uint64_t s = t->slot[i];
         if (kvr_idtab_fp(s) == fp && KVR_ENGINE(idx, kvr_idtab_id(s)) == e &&
-            holds_plain(idx, owner, kvr_idtab_id(s), entry))
+            kvr_tree_holds_plain(idx, owner, kvr_idtab_id(s), entry))
             return kvr_idtab_id(s);
     }
-    return KVR_NIL;
-}
-
-uint32_t kvr_tree_engine_add(kvr_index *idx, uint32_t owner, uint32_t b)
-{
-    uint64_t e = KVR_ENGINE(idx, b);
-    uint32_t fp = kvr_engine_fp(e);
-    uint32_t x = exc_find(idx, owner, e, fp);
-    if (x)
-        return x;
-    kvr_idtab *t = &idx->engine;
-    if (kvr_idtab_room(t) < 0)
-        abort(); /* an ownership without its handle could never be removed */
-    /* one walk: the owner's block under e if it has one, other blocks with
-     * creator hash e, and the empty slot the new entry goes to */
-    bool other = false;
-    uint32_t i = kvr_idtab_home(t, fp), entry;
-    for (; t->slot[i]; i = kvr_probe_next(i, t->cap)) {
-        uint64_t s = t->slot[i];
-        if (kvr_idtab_fp(s) != fp || KVR_ENGINE(idx, kvr_idtab_id(s)) != e)
-            continue;
-        if (holds_plain(idx, owner, kvr_idtab_id(s), &entry))
-            return kvr_idtab_id(s);
-        other = true;
-    }
-    idx->engine_dups += other;
-    kvr_idtab_put_at(t, kvr_idtab_slot(fp, b), i);
     return KVR_NIL;
 }
 

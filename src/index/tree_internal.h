@@ -31,6 +31,7 @@
 #define KVR_INDEX_TREE_INTERNAL_H
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 
 #include "index/tree_ids.h"
@@ -226,11 +227,55 @@ int kvr_tree_fit(struct kvr_index *idx, uint32_t blocks, uint32_t runs);
 /* The block the owner calls e, KVR_NIL if none; *entry gets its entry. */
 uint32_t kvr_tree_lookup(const struct kvr_index *idx, uint32_t owner, uint64_t e,
                          uint32_t *entry);
+/* The block the owner calls e (fingerprint fp) through an exception
+ * handle, KVR_NIL if none. */
+uint32_t kvr_tree_exc_search(const struct kvr_index *idx, uint32_t owner, uint64_t e,
+                             uint32_t fp);
+static inline uint32_t kvr_tree_exc_find(const struct kvr_index *idx, uint32_t owner, uint64_t e,
+                                         uint32_t fp)
+{
+    return idx->owners[owner].exc.len ? kvr_tree_exc_search(idx, owner, e, fp) : KVR_NIL;
+}
+/* Whether the owner holds block b under its creator hash (*entry: its
+ * entry there, 0 if none). */
+static inline bool kvr_tree_holds_plain(const struct kvr_index *idx, uint32_t owner, uint32_t b,
+                                        uint32_t *entry)
+{
+    uint32_t en = kvr_tree_entry(idx, b, owner);
+    *entry = en;
+    return en && !(en & KVR_OSET_EXC);
+}
 /* Adds block b (its engine hash set), which the owner is about to hold
  * under that hash, to the engine table, unless the owner already calls
- * another block so: then returns that block and adds nothing. The table
- * must have room (kvr_tree_fit, or kvr_idtab_room). */
-uint32_t kvr_tree_engine_add(struct kvr_index *idx, uint32_t owner, uint32_t b);
+ * another block so: then returns that block and adds nothing. Inline: a
+ * store adds every new block, and the call was a third of its cost. */
+static inline __attribute__((always_inline)) uint32_t kvr_tree_engine_add(struct kvr_index *idx,
+                                                                       uint32_t owner, uint32_t b)
+{
+    uint64_t e = KVR_ENGINE(idx, b);
+    uint32_t fp = kvr_engine_fp(e);
+    uint32_t x = kvr_tree_exc_find(idx, owner, e, fp);
+    if (x)
+        return x;
+    kvr_idtab *t = &idx->engine;
+    if (kvr_idtab_room(t) < 0)
+        abort(); /* an ownership without its handle could never be removed */
+    /* one walk: the owner's block under e if it has one, other blocks with
+     * creator hash e, and the empty slot the new entry goes to */
+    bool other = false;
+    uint32_t i = kvr_idtab_home(t, fp), entry;
+    for (; t->slot[i]; i = kvr_probe_next(i, t->cap)) {
+        uint64_t s = t->slot[i];
+        if (kvr_idtab_fp(s) != fp || KVR_ENGINE(idx, kvr_idtab_id(s)) != e)
+            continue;
+        if (kvr_tree_holds_plain(idx, owner, kvr_idtab_id(s), &entry))
+            return kvr_idtab_id(s);
+        other = true;
+    }
+    idx->engine_dups += other;
+    kvr_idtab_put_at(t, kvr_idtab_slot(fp, b), i);
+    return KVR_NIL;
+}
 void kvr_tree_engine_del(struct kvr_index *idx, uint32_t b);
 /* Exception handle: owner calls block b by e (!= the block's engine hash). */
 int kvr_tree_exc_add(struct kvr_index *idx, uint32_t owner, uint32_t b, uint64_t e);
