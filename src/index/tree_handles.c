@@ -1,8 +1,8 @@
 /* Engine hashes -> blocks (tree_internal.h, "Handles"): the engine table
  * of creator hashes, the owners' exception handles, and the lookup of the
  * block an owner calls by a hash. Adding a block to the engine table
- * (kvr_tree_engine_add) is inline in tree_internal.h: stores do it for
- * every new block. */
+ * and deleting one (kvr_tree_engine_add, kvr_tree_engine_del) are inline
+ * in tree_internal.h: stores and reclamations do it for every block. */
 #include <stdlib.h>
 
 #include "index/tree_internal.h"
@@ -43,23 +43,6 @@ uint32_t kvr_tree_lookup(const kvr_index *idx, uint32_t owner, uint64_t e, uint3
             return kvr_idtab_id(s);
     }
     return KVR_NIL;
-}
-
-void kvr_tree_engine_del(kvr_index *idx, uint32_t b)
-{
-    kvr_idtab *t = &idx->engine;
-    uint64_t e = KVR_ENGINE(idx, b);
-    uint32_t fp = kvr_engine_fp(e);
-    if (idx->engine_dups) {
-        for (uint32_t i = kvr_idtab_home(t, fp); t->slot[i]; i = kvr_probe_next(i, t->cap)) {
-            uint32_t x = kvr_idtab_id(t->slot[i]);
-            if (kvr_idtab_fp(t->slot[i]) == fp && x != b && KVR_ENGINE(idx, x) == e) {
-                idx->engine_dups--;
-                break;
-            }
-        }
-    }
-    kvr_idtab_del(t, kvr_idtab_slot(fp, b));
 }
 
 int kvr_tree_exc_add(kvr_index *idx, uint32_t owner, uint32_t b, uint64_t e)

@@ -276,7 +276,25 @@ static inline __attribute__((always_inline)) uint32_t kvr_tree_engine_add(struct
     kvr_idtab_put_at(t, kvr_idtab_slot(fp, b), i);
     return KVR_NIL;
 }
-void kvr_tree_engine_del(struct kvr_index *idx, uint32_t b);
+/* Takes block b out of the engine table. */
+static inline __attribute__((always_inline)) void kvr_tree_engine_del(struct kvr_index *idx,
+                                                                   uint32_t b)
+{
+    kvr_idtab *t = &idx->engine;
+    uint64_t e = KVR_ENGINE(idx, b);
+    uint32_t fp = kvr_engine_fp(e);
+    if (idx->engine_dups) {
+        for (uint32_t i = kvr_idtab_home(t, fp); t->slot[i]; i = kvr_probe_next(i, t->cap)) {
+            uint32_t x = kvr_idtab_id(t->slot[i]);
+            if (kvr_idtab_fp(t->slot[i]) == fp && x != b && KVR_ENGINE(idx, x) == e) {
+                idx->engine_dups--;
+                break;
+            }
+        }
+    }
+    kvr_idtab_del(t, kvr_idtab_slot(fp, b));
+}
+
 /* Exception handle: owner calls block b by e (!= the block's engine hash). */
 int kvr_tree_exc_add(struct kvr_index *idx, uint32_t owner, uint32_t b, uint64_t e);
 void kvr_tree_exc_del(struct kvr_index *idx, uint32_t owner, uint32_t b);

@@ -107,42 +107,7 @@ int kvr_idtab_add(kvr_idtab *t, uint64_t slot)
     return 0;
 }
 
-static uint32_t find(const kvr_idtab *t, uint64_t slot)
-{
-    uint32_t i = kvr_idtab_home(t, kvr_idtab_fp(slot));
-    while (t->slot[i] != slot)
-        i = kvr_probe_next(i, t->cap);
-    return i;
-}
-
-void kvr_idtab_del(kvr_idtab *t, uint64_t slot)
-{
-    uint64_t *s = t->slot;
-    uint32_t cap = t->cap, hole = find(t, slot);
-    /* The rest of the cluster: an entry moves into the hole when the hole
-     * lies between its home and it (its displacement reaches the hole).
-     * Up to the table's end no index wraps, so the loop there compares
-     * plain distances; past it, the general test. */
-    uint32_t j = hole + 1;
-    for (; j < cap && s[j]; j++) {
-        uint32_t home = kvr_fastrange(kvr_idtab_fp(s[j]), cap);
-        if (home <= hole || home > j) {
-            s[hole] = s[j];
-            hole = j;
-        }
-    }
-    if (j == cap)
-        for (j = 0; s[j]; j = kvr_probe_next(j, cap))
-            if (!kvr_probe_stays(hole, j, kvr_idtab_home(t, kvr_idtab_fp(s[j])))) {
-                s[hole] = s[j];
-                hole = j;
-            }
-    s[hole] = 0;
-    if (--t->len == 0)
-        kvr_idtab_free(t);
-}
-
 void kvr_idtab_replace(kvr_idtab *t, uint64_t old_slot, uint64_t new_slot)
 {
-    t->slot[find(t, old_slot)] = new_slot;
+    t->slot[kvr_idtab_find(t, old_slot)] = new_slot;
 }
