@@ -30,6 +30,9 @@ typedef struct {
 } fixture;
 
 #define RUN_CAP 4096
+/* Generous: under ASan on two loaded cores a batch or the subscription can
+ * take seconds; a deadline only bounds a hung test, it asserts no timing. */
+#define WAIT_MS 30000
 
 static void setup_engine(fixture *f, kvr_sim_engine_config *ec)
 {
@@ -53,7 +56,7 @@ static void setup_engine(fixture *f, kvr_sim_engine_config *ec)
     zmq_setsockopt(f->sub, ZMQ_LINGER, &linger, sizeof linger);
     assert_int_equal(zmq_setsockopt(f->sub, ZMQ_SUBSCRIBE, "", 0), 0);
     assert_int_equal(zmq_connect(f->sub, kvr_sim_engine_endpoint(f->eng)), 0);
-    assert_true(kvr_sim_engine_wait_subscriber(f->eng, 5000));
+    assert_true(kvr_sim_engine_wait_subscriber(f->eng, WAIT_MS));
     kvr_batch_init(&f->batch);
 }
 
@@ -118,7 +121,7 @@ static void build_runs(fixture *f)
 static void recv_batch(fixture *f)
 {
     zmq_pollitem_t it = {.socket = f->sub, .events = ZMQ_POLLIN};
-    assert_int_equal(zmq_poll(&it, 1, 5000), 1);
+    assert_int_equal(zmq_poll(&it, 1, WAIT_MS), 1);
     unsigned char topic[64], seqb[16];
     int more;
     size_t ml = sizeof more;
@@ -425,7 +428,7 @@ static void test_replay_answers(void **state)
     uint64_t expect = 0;
     for (;;) {
         zmq_pollitem_t it = {.socket = d, .events = ZMQ_POLLIN};
-        assert_int_equal(zmq_poll(&it, 1, 5000), 1);
+        assert_int_equal(zmq_poll(&it, 1, WAIT_MS), 1);
         unsigned char delim[8], seqb[8];
         static unsigned char payload[1 << 16];
         assert_int_equal(zmq_recv(d, delim, sizeof delim, 0), 0);

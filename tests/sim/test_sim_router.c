@@ -67,7 +67,7 @@ static void test_router_replays_missed_batches(void **state)
              "\"model_name\":\"m\",\"block_size\":16}",
              kvr_sim_engine_endpoint(e), kvr_sim_engine_replay_endpoint(e));
     json_decref(get_json(h, "/register", body, 201));
-    assert_true(kvr_sim_engine_wait_subscriber(e, 5000));
+    assert_true(kvr_sim_engine_wait_subscriber(e, 30000));
     /* The first batch the router hears is seq 3: it asks for 0.. first. */
     uint64_t more[32];
     for (int i = 0; i < 32; i++)
