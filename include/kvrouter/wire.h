@@ -47,6 +47,10 @@ extern "C" {
 #define KVR_WIRE_MAX_TOKENS (1u << 20)
 #define KVR_WIRE_MAX_DEPTH 32u
 #define KVR_WIRE_MAX_EVENTS (1u << 20)
+/* Stores up to this many tokens also get their u32 view (token_ids_u32):
+ * 4 bytes more per token, for the one-page events that are most of a
+ * stream, never for the large stores the scratch bound is about. */
+#define KVR_WIRE_U32_VIEW_MAX 1024u
 
 typedef enum {
     KVR_EV_STORED = 0,
@@ -69,6 +73,11 @@ typedef struct {
     const uint64_t *token_ids; /* stored: u64 tokens, Eagle bigrams flattened */
     uint32_t n_token_ids;
     bool eagle;                /* token_ids came in the bigram form */
+    /* The same tokens as u32, when the decoder wrote them as well (stores
+     * of at most KVR_WIRE_U32_VIEW_MAX tokens, every id below
+     * KVR_WIDE_SENTINEL): the normalizer's input without a narrowing pass.
+     * NULL otherwise; events built by callers leave it NULL. */
+    const uint32_t *token_ids_u32;
 
     uint32_t block_size;       /* 0 when absent */
     bool has_lora_id;
@@ -128,7 +137,8 @@ typedef struct {
  * payload and the batch's shape (ts, rank, the events array) and decodes
  * no event; kvr_batch_next decodes the next one. So the decoder holds one
  * event at a time: its memory is 8 bytes per hash and token of the largest
- * event of the batch (each takes at least one payload byte: at most 8x the
+ * event of the batch (12 per token for a store small enough for the u32
+ * view) (each takes at least one payload byte: at most 8x the
  * payload, and at most 8.5 MiB by the SPEC §3 bounds), not per event of the
  * batch, and it gives back what passed KVR_WIRE_SCRATCH_KEEP_BYTES once the
  * last event was handed out (kvr_batch_bytes says what it holds).

@@ -29,6 +29,7 @@ struct kvr_normalizer {
     kvr_norm_filter filter;
     kvr_dupcheck dup;
     uint32_t *tokens; /* narrowed tokens of the current store */
+    const uint32_t *store_tokens; /* the current store's: tokens, or the decoder's u32 view */
     size_t tokens_cap;
     uint64_t *hashes; /* filtered hashes of the current removal */
     size_t hashes_cap;
@@ -268,7 +269,7 @@ static void pass_store(kvr_normalizer *n, const kvr_raw_event *ev, kvr_norm_even
     out->parent = ev->parent;
     out->block_hashes = ev->block_hashes;
     out->n_block_hashes = (uint32_t)n_blocks;
-    out->tokens = n->tokens;
+    out->tokens = n->store_tokens;
     out->n_tokens = (uint32_t)n_tokens;
 }
 
@@ -373,13 +374,21 @@ static void store_engine_wide(kvr_normalizer *n, const kvr_raw_event *ev, kvr_no
 
 static void normalize_store(kvr_normalizer *n, const kvr_raw_event *ev, kvr_norm_event *out)
 {
-    if (!grow((void **)&n->tokens, &n->tokens_cap, ev->n_token_ids, sizeof *n->tokens)) {
-        drop(n, out, KVR_DROP_OVERSIZED_EVENT);
-        return;
+    size_t sentinel = ev->n_token_ids;
+    /* the decoder's u32 view has no wide id nor sentinel: nothing to narrow,
+     * unless media substitution rewrites the tokens (then a copy of them) */
+    if (ev->token_ids_u32 && !ev->extra_keys) {
+        n->store_tokens = ev->token_ids_u32;
+    } else {
+        if (!grow((void **)&n->tokens, &n->tokens_cap, ev->n_token_ids, sizeof *n->tokens)) {
+            drop(n, out, KVR_DROP_OVERSIZED_EVENT);
+            return;
+        }
+        uint64_t wide;
+        sentinel = narrow(n, ev, &wide);
+        note_wide(n, wide);
+        n->store_tokens = n->tokens;
     }
-    uint64_t wide;
-    size_t sentinel = narrow(n, ev, &wide);
-    note_wide(n, wide);
 
     if (kvr_dupcheck_has_repeat(&n->dup, ev->has_parent, ev->parent, ev->block_hashes,
                                 ev->n_block_hashes)) {

@@ -68,6 +68,9 @@ bool kvr_wire_u64_reserve(kvr_batch *b, kvr_raw_event *ev, size_t used, size_t e
         ev->block_hashes = nb + (ev->block_hashes - b->u64_buf);
     if (ev->token_ids)
         ev->token_ids = nb + (ev->token_ids - b->u64_buf);
+    if (ev->token_ids_u32)
+        ev->token_ids_u32 =
+            (const uint32_t *)(nb + ((const uint64_t *)(const void *)ev->token_ids_u32 - b->u64_buf));
     b->u64_buf = nb;
     b->u64_cap = cap;
     return true;

@@ -42,9 +42,12 @@ static inline bool take_nil(const char **p)
 }
 
 /* An array of non-negative integers, at most max, into the scratch after
- * what the event uses. False (nothing kept) for any other shape. */
+ * what the event uses; with `view` and at most KVR_WIRE_U32_VIEW_MAX of
+ * them, their u32 view after them (*out32, NULL when an id is not below
+ * KVR_WIDE_SENTINEL). False (nothing kept) for any other shape. */
 static bool take_uints(kvr_batch *b, kvr_raw_event *ev, size_t *used, const char **p,
-                       uint32_t max, const uint64_t **out, uint32_t *n_out)
+                       uint32_t max, bool view, const uint64_t **out, uint32_t *n_out,
+                       const uint32_t **out32)
 {
     if (mp_typeof(**p) != MP_ARRAY)
         return false;
@@ -53,22 +56,55 @@ static bool take_uints(kvr_batch *b, kvr_raw_event *ev, size_t *used, const char
     /* nothing is reserved for another shape (Eagle bigrams: arrays) */
     if (n > max || (n && mp_typeof(*q) != MP_UINT))
         return false;
-    if (n && !kvr_wire_u64_reserve(b, ev, *used, n))
+    if (n == 0) { /* nothing to keep (the scratch may not exist yet) */
+        *out = NULL;
+        *n_out = 0;
+        if (out32)
+            *out32 = NULL;
+        *p = q;
+        return true;
+    }
+    view = view && n <= KVR_WIRE_U32_VIEW_MAX;
+    size_t words = n + (view ? (n + 1) / 2 : 0);
+    if (words > b->u64_cap - *used && !kvr_wire_u64_reserve(b, ev, *used, words))
         return false;
     uint64_t *dst = b->u64_buf + *used;
-    for (uint32_t i = 0; i < n; i++) {
-        /* uint 32 first: token ids of today's vocabularies (> 65535) */
-        if ((unsigned char)*q == 0xce) {
-            const char *v = q + 1;
-            dst[i] = mp_load_u32(&v);
-            q = v;
-        } else if (!take_uint(&q, &dst[i])) {
-            return false;
+    uint32_t *dst32 = view ? (uint32_t *)(dst + n) : NULL;
+    bool wide = false;
+    /* uint 32 first: token ids of today's vocabularies (> 65535) */
+    if (!view) {
+        for (uint32_t i = 0; i < n; i++) {
+            if ((unsigned char)*q == 0xce) {
+                const char *v = q + 1;
+                dst[i] = mp_load_u32(&v);
+                q = v;
+            } else if (!take_uint(&q, &dst[i])) {
+                return false;
+            }
+        }
+    } else {
+        for (uint32_t i = 0; i < n; i++) {
+            if ((unsigned char)*q == 0xce) {
+                const char *v = q + 1;
+                uint32_t t = mp_load_u32(&v);
+                q = v;
+                dst[i] = t;
+                dst32[i] = t;
+                if (t == KVR_WIDE_SENTINEL)
+                    wide = true;
+            } else {
+                if (!take_uint(&q, &dst[i]))
+                    return false;
+                wide |= dst[i] >= KVR_WIDE_SENTINEL;
+                dst32[i] = (uint32_t)dst[i];
+            }
         }
     }
-    *out = n ? dst : NULL;
+    *out = dst;
     *n_out = n;
-    *used += n;
+    if (out32)
+        *out32 = view && !wide ? dst32 : NULL;
+    *used += words;
     *p = q;
     return true;
 }
@@ -111,8 +147,8 @@ static bool stored(kvr_batch *b, kvr_raw_event *ev, const char **p, uint32_t n)
     size_t used = 0;
     uint64_t v;
     if (n < 5 || n > 13 ||
-        !take_uints(b, ev, &used, p, KVR_WIRE_MAX_HASHES, &ev->block_hashes,
-                    &ev->n_block_hashes))
+        !take_uints(b, ev, &used, p, KVR_WIRE_MAX_HASHES, false, &ev->block_hashes,
+                    &ev->n_block_hashes, NULL))
         return false;
     if (!take_nil(p)) {
         if (!take_uint(p, &ev->parent))
@@ -120,7 +156,8 @@ static bool stored(kvr_batch *b, kvr_raw_event *ev, const char **p, uint32_t n)
         ev->has_parent = true;
     }
     /* the Eagle bigram form (arrays for tokens) is left to the general path */
-    if (!take_uints(b, ev, &used, p, KVR_WIRE_MAX_TOKENS, &ev->token_ids, &ev->n_token_ids) ||
+    if (!take_uints(b, ev, &used, p, KVR_WIRE_MAX_TOKENS, true, &ev->token_ids,
+                    &ev->n_token_ids, &ev->token_ids_u32) ||
         !take_uint(p, &v) || v > UINT32_MAX)
         return false;
     ev->block_size = (uint32_t)v;
@@ -148,8 +185,8 @@ static bool removed(kvr_batch *b, kvr_raw_event *ev, const char **p, uint32_t n)
 {
     size_t used = 0;
     if (n < 2 || n > 7 ||
-        !take_uints(b, ev, &used, p, KVR_WIRE_MAX_HASHES, &ev->block_hashes,
-                    &ev->n_block_hashes))
+        !take_uints(b, ev, &used, p, KVR_WIRE_MAX_HASHES, false, &ev->block_hashes,
+                    &ev->n_block_hashes, NULL))
         return false;
     if (n > 2 && !take_medium(p, &ev->tier))
         return false;

@@ -198,6 +198,19 @@ static void assert_same_event(const kvr_raw_event *f, const kvr_raw_event *g)
     assert_str_same(f->locality, g->locality);
 }
 
+/* A store's u32 view: there exactly when it can be (a small store whose ids
+ * are all below the sentinel), equal to the tokens. */
+static void assert_u32_view(const kvr_raw_event *ev)
+{
+    bool narrowable = ev->type == KVR_EV_STORED && ev->n_token_ids > 0 &&
+                      ev->n_token_ids <= KVR_WIRE_U32_VIEW_MAX;
+    for (uint32_t i = 0; i < ev->n_token_ids; i++)
+        narrowable = narrowable && ev->token_ids[i] < KVR_WIDE_SENTINEL;
+    assert_int_equal(ev->token_ids_u32 != NULL, narrowable);
+    for (uint32_t i = 0; narrowable && i < ev->n_token_ids; i++)
+        assert_true(ev->token_ids_u32[i] == ev->token_ids[i]);
+}
+
 /* Decodes every event of a validated batch both ways; returns how many the
  * fast path took. */
 static uint32_t compare_batch(const char *payload, size_t len, uint32_t *n_events)
@@ -217,6 +230,7 @@ static uint32_t compare_batch(const char *payload, size_t len, uint32_t *n_event
             taken++;
             assert_ptr_equal(pf, pg);
             assert_same_event(&fast.ev, &general.ev);
+            assert_u32_view(&fast.ev);
         } else {
             assert_ptr_equal(pf, cur); /* nothing consumed */
         }
