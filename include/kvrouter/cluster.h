@@ -165,10 +165,10 @@ const char *kvr_cluster_conn_name(kvr_cluster_conn s);
     X(bookings_published, COUNTER, "booking events published")                             \
     X(batches_published, COUNTER, "booking batches published")                             \
     X(publish_failures, COUNTER, "booking events not published (NATS down, client error)")  \
-    X(batches_received, COUNTER, "booking batches received from the stream")               \
+    X(batches_received, COUNTER, "booking batches received (stream replays and the live subject)") \
     X(peer_events_applied, COUNTER, "other replicas' booking events applied to the load")  \
     X(peer_events_rejected, COUNTER, "booking events the router did not apply (expired, unknown model or id)") \
-    X(own_batches_skipped, COUNTER, "batches this process published, read back")           \
+    X(own_batches_skipped, COUNTER, "batches this process published, read back by a stream replay") \
     X(adopted_events, COUNTER, "events of an earlier run of this replica, taken back")     \
     X(invalid_payloads, COUNTER, "NATS payloads (batches, events, values) that failed validation") \
     X(registrations_applied, COUNTER, "bucket puts and deletes applied to the registry")   \

@@ -214,7 +214,8 @@ kvr_cluster *kvr_cluster_start(const kvr_cluster_config *cfg, kvr_registry *regi
     cl_inbox_init(&c->inbox, router, c->self, c->me.incarnation, c->cfg.booking_ttl_s);
     atomic_store(&c->conn, KVR_CLUSTER_CONNECTING);
 
-    cl_nats_events ev = {cl_on_conn, cl_on_batch, c};
+    cl_feed_init(&c->feed, &c->inbox);
+    cl_nats_events ev = {cl_on_conn, cl_on_batch, cl_on_live, c};
     c->nats = cl_nats_open(c->cfg.nats_url, &ev, err, err_len);
     if (!c->nats) {
         kvr_cluster_stop(c);
@@ -265,6 +266,7 @@ void kvr_cluster_stop(kvr_cluster *c)
     atomic_store(&c->closing, true);
     cl_nats_close(c->nats);
     cl_outbox_destroy(&c->outbox);
+    cl_feed_destroy(&c->feed);
     cl_inbox_destroy(&c->inbox);
     cl_sync_destroy(&c->sync);
     pthread_cond_destroy(&c->cv);

@@ -183,7 +183,10 @@ typedef struct {
     kvr_router *router;
     uint64_t self, incarnation;
     double ttl_s;
-    cl_event scratch; /* one callback thread at a time (cnats delivers in order) */
+    cl_event scratch; /* one caller at a time: the feed's lock */
+    /* A previous run of this replica's batches are adopted (until the first
+     * replay ended), then skipped: adoption is not idempotent (feed.c). */
+    bool adopt_previous;
     _Atomic uint64_t batches, applied, rejected, own_skipped, adopted, invalid;
 } cl_inbox;
 
@@ -194,6 +197,32 @@ void cl_inbox_destroy(cl_inbox *in);
  * at now_ns. Events are applied in order; a malformed one is counted and
  * skipped, a malformed batch counted and dropped. */
 void cl_inbox_apply(cl_inbox *in, const char *data, size_t len, int64_t wall_ns, int64_t now_ns);
+
+/* ---- the bookings feed (feed.c): a replay, then live ------------------------ */
+
+typedef struct cl_feed_item cl_feed_item;
+
+typedef struct {
+    pthread_mutex_t mu; /* every batch applied, both subscriptions' threads */
+    cl_inbox *inbox;
+    bool replaying;     /* live batches wait for the replay's end */
+    cl_feed_item *head, *tail;
+    size_t bytes;
+} cl_feed;
+
+void cl_feed_init(cl_feed *f, cl_inbox *in);
+void cl_feed_destroy(cl_feed *f);
+/* Before the replay's consumer is made: live batches wait from now on. */
+void cl_feed_begin_replay(cl_feed *f);
+/* A batch of the replay (wall_ns: its stream time; pending: messages after
+ * it). true when it was the last: the waiting live batches were applied,
+ * the replay's consumer can go. */
+bool cl_feed_replayed(cl_feed *f, const char *data, size_t len, int64_t wall_ns,
+                      uint64_t pending);
+/* The replay found nothing to read: go live. */
+void cl_feed_end_replay(cl_feed *f);
+/* A batch from the live subject. */
+void cl_feed_live(cl_feed *f, const char *data, size_t len);
 
 /* ---- the registry mirror (regsync.c) -------------------------------------- */
 
@@ -274,10 +303,12 @@ typedef struct cl_nats cl_nats;
 
 typedef struct {
     void (*on_conn)(void *user, kvr_cluster_conn state); /* cnats callback threads */
-    /* A batch from the bookings stream: its stream sequence, its time, and
-     * how many messages the stream holds after it for this consumer. */
-    void (*on_batch)(void *user, const char *data, size_t len, uint64_t seq, int64_t wall_ns,
+    /* A batch from the bookings stream (the replay): its time, and how
+     * many messages the stream holds after it for this consumer. */
+    void (*on_batch)(void *user, const char *data, size_t len, int64_t wall_ns,
                      uint64_t pending);
+    /* A batch from the live subject (never this connection's own). */
+    void (*on_live)(void *user, const char *data, size_t len);
     void *user;
 } cl_nats_events;
 
@@ -320,13 +351,13 @@ cl_watch *cl_nats_watch(cl_nats *n, cl_bucket b);
 cl_watch_result cl_nats_watch_next(cl_watch *w, int timeout_ms, cl_kv_entry *out);
 void cl_nats_watch_destroy(cl_watch *w);
 
-/* The bookings consumer, from the start of the stream, or from just after
- * resume_after when the stream is still the one created at prev_created
- * (a recreated stream numbers from 1 again). *created: the stream's
- * creation time now; *none_pending: nothing to replay. */
-int cl_nats_subscribe(cl_nats *n, uint64_t resume_after, int64_t prev_created,
-                      int64_t *created, bool *none_pending, char *err, size_t err_len);
-/* Returns once no callback of the subscription runs or will. */
+/* The live subscription of the bookings subject (kept across reconnections
+ * by cnats; ended by cl_nats_close). 0 also when it exists. */
+int cl_nats_live_subscribe(cl_nats *n, char *err, size_t err_len);
+/* The replay: an ordered consumer of the whole stream (any previous one
+ * ended first). *none_pending: the stream is empty. */
+int cl_nats_subscribe(cl_nats *n, bool *none_pending, char *err, size_t err_len);
+/* Ends the replay's consumer; returns once no callback of it runs or will. */
 void cl_nats_unsubscribe(cl_nats *n);
 /* Publishes a batch (not acknowledged: see nats.c). 0, or -1 when not
  * connected or refused by the client. */

@@ -16,6 +16,7 @@ struct kvr_cluster {
     cl_nats *nats;
     cl_outbox outbox;
     cl_inbox inbox;
+    cl_feed feed;
     cl_sync sync;
     bool observing, hooked;
 
@@ -23,7 +24,7 @@ struct kvr_cluster {
     bool ctl_started, watch_started, flush_started;
 
     /* ctl.mu (cluster_internal.h, lock 4) guards everything down to
-     * stream_created; the cv wakes the control thread, the watch thread and
+     * replay_over; the cv wakes the control thread, the watch thread and
      * the starting thread. */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -33,14 +34,13 @@ struct kvr_cluster {
     uint64_t watch_gen;    /* bumped to make the watch thread read the bucket again */
     double next_resync;    /* monotonic time of the next periodic read (control thread) */
     uint64_t loaded_gen;   /* watch_gen whose read reached the end */
-    int64_t stream_created;
-    bool subscribed;
+    bool subscribed;       /* the replay of this connection started */
+    bool replay_over;      /* its consumer is to be ended */
     bool beat_now;         /* kvr_cluster_refresh: heartbeat at once */
 
     _Atomic int conn; /* kvr_cluster_conn */
     _Atomic bool closing; /* kvr_cluster_stop is closing the connection */
     _Atomic bool registrations_loaded, bookings_replayed, started_without_nats;
-    _Atomic uint64_t last_seq; /* last bookings stream sequence applied */
     _Atomic uint64_t connects, disconnects, bookings_published, batches_published,
         publish_failures, replicas;
 };
@@ -51,8 +51,8 @@ void *cl_watch_main(void *arg);
 void *cl_flush_main(void *arg);
 /* cnats callbacks (the cl_nats_events of the cluster). */
 void cl_on_conn(void *user, kvr_cluster_conn state);
-void cl_on_batch(void *user, const char *data, size_t len, uint64_t seq, int64_t wall_ns,
-                 uint64_t pending);
+void cl_on_batch(void *user, const char *data, size_t len, int64_t wall_ns, uint64_t pending);
+void cl_on_live(void *user, const char *data, size_t len);
 /* cl_sync's wake-up (user = the cluster): a registry change is to be
  * written. */
 void cl_wake_control(void *user);

@@ -5,7 +5,8 @@
  * replica's id by another incarnation is a previous run of this replica,
  * whose bookings this run adopts as its own; an event owned by this
  * replica but published by a peer is a /free or /prefill_done forwarded to
- * its owner. A booking's age is the stream's timestamp of its batch, so a
+ * its owner. Adoption happens in the first replay only (feed.c): a later
+ * one skips the previous run's batches like this run's. A booking's age is the stream's timestamp of its batch, so a
  * replaying replica gives each booking only what is left of its TTL. */
 #include <stdio.h>
 #include <string.h>
@@ -21,6 +22,7 @@ void cl_inbox_init(cl_inbox *in, kvr_router *router, uint64_t self, uint64_t inc
     in->self = self;
     in->incarnation = incarnation;
     in->ttl_s = ttl_s;
+    in->adopt_previous = true;
 }
 
 void cl_inbox_destroy(cl_inbox *in)
@@ -40,7 +42,7 @@ void cl_inbox_apply(cl_inbox *in, const char *data, size_t len, int64_t wall_ns,
         return;
     }
     bool mine = b.publisher == in->self;
-    if (mine && b.incarnation == in->incarnation) {
+    if (mine && (b.incarnation == in->incarnation || !in->adopt_previous)) {
         atomic_fetch_add(&in->own_skipped, 1);
         return;
     }

@@ -1,7 +1,7 @@
 /* The only file that knows cnats (libnats, Debian's libnats-dev): the
  * connection and its events, the two KV buckets, the bookings stream, its
- * ordered consumer and the bookings' publishes. Everything above speaks in
- * keys, values and batches.
+ * replay consumer, the live bookings subscription and the bookings'
+ * publishes. Everything above speaks in keys, values and batches.
  *
  * cnats choices: reconnect forever (250 ms apart) and retry a first
  * connection that fails, so a replica started before nats-server simply
@@ -10,8 +10,8 @@
  * other replicas in 2.0 ms at p50 with it, see README); ping every 5 s so a server that vanished without a FIN is
  * noticed in ~10 s; JetStream API calls wait at most 2 s, so a dead server
  * cannot hold the control thread longer than that; the bookings
- * subscription has no pending limit (a replay of the whole stream arrives
- * at once; the stream's MaxBytes bounds it). */
+ * subscriptions have no pending limit (a replay of the whole stream arrives
+ * at once; the stream's MaxBytes bounds it); no echo (feed.c). */
 #include <nats/nats.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,8 +33,10 @@ struct cl_nats {
     kvStore *kv[CL_BUCKET_COUNT];
     char stream[KVR_CLUSTER_NAME_MAX + 16];
     char subject[KVR_CLUSTER_NAME_MAX + 16];
-    natsSubscription *sub;
+    natsSubscription *sub;  /* the replay's consumer */
     bool sub_done; /* the subscription's last callback has returned */
+    natsSubscription *live; /* the bookings subject, no echo */
+    bool live_done;
     bool closed;
 };
 
@@ -42,6 +44,8 @@ struct cl_watch {
     kvWatcher *w;
     kvEntry *cur;
 };
+
+static void end_live(cl_nats *n);
 
 static void set_err(char *err, size_t err_len, const char *what, natsStatus s)
 {
@@ -64,14 +68,19 @@ static void on_disconnected(natsConnection *nc, void *closure)
     n->ev.on_conn(n->ev.user, KVR_CLUSTER_RECONNECTING);
 }
 
+static void mark_done(cl_nats *n, bool *done)
+{
+    pthread_mutex_lock(&n->mu);
+    *done = true;
+    pthread_cond_broadcast(&n->cv);
+    pthread_mutex_unlock(&n->mu);
+}
+
 static void on_closed(natsConnection *nc, void *closure)
 {
     (void)nc;
     cl_nats *n = closure;
-    pthread_mutex_lock(&n->mu);
-    n->closed = true;
-    pthread_cond_broadcast(&n->cv);
-    pthread_mutex_unlock(&n->mu);
+    mark_done(n, &n->closed);
 }
 
 static void on_async_error(natsConnection *nc, natsSubscription *sub, natsStatus err,
@@ -122,6 +131,11 @@ cl_nats *cl_nats_open(const char *url, const cl_nats_events *ev, char *err, size
         s = natsOptions_SetMaxPingsOut(n->opts, 2);
     if (s == NATS_OK)
         s = natsOptions_SetSendAsap(n->opts, true);
+    /* The live bookings subscription never gets this replica's own batches
+     * (feed.c). JetStream's deliveries and replies are the server's own
+     * messages: no echo does not touch them. */
+    if (s == NATS_OK)
+        s = natsOptions_SetNoEcho(n->opts, true);
     if (s == NATS_OK)
         s = natsOptions_SetRetryOnFailedConnect(n->opts, true, on_connected, n);
     if (s == NATS_OK)
@@ -164,6 +178,7 @@ void cl_nats_close(cl_nats *n)
     if (!n)
         return;
     cl_nats_unsubscribe(n);
+    end_live(n);
     for (int b = 0; b < CL_BUCKET_COUNT; b++)
         kvStore_Destroy(n->kv[b]);
     /* The closed callback runs on a cnats thread: wait for it, so nothing
@@ -342,22 +357,91 @@ static void on_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void
     jsMsgMetaData *md = NULL;
     if (natsMsg_GetMetaData(&md, msg) == NATS_OK)
         n->ev.on_batch(n->ev.user, natsMsg_GetData(msg), (size_t)natsMsg_GetDataLength(msg),
-                       md->Sequence.Stream, md->Timestamp, md->NumPending);
+                       md->Timestamp, md->NumPending);
     jsMsgMetaData_Destroy(md);
+    natsMsg_Destroy(msg);
+}
+
+static void on_live(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure)
+{
+    (void)nc;
+    (void)sub;
+    cl_nats *n = closure;
+    n->ev.on_live(n->ev.user, natsMsg_GetData(msg), (size_t)natsMsg_GetDataLength(msg));
     natsMsg_Destroy(msg);
 }
 
 static void on_sub_complete(void *closure)
 {
     cl_nats *n = closure;
-    pthread_mutex_lock(&n->mu);
-    n->sub_done = true;
-    pthread_cond_broadcast(&n->cv);
-    pthread_mutex_unlock(&n->mu);
+    mark_done(n, &n->sub_done);
 }
 
-int cl_nats_subscribe(cl_nats *n, uint64_t resume_after, int64_t prev_created,
-                      int64_t *created, bool *none_pending, char *err, size_t err_len)
+static void on_live_complete(void *closure)
+{
+    cl_nats *n = closure;
+    mark_done(n, &n->live_done);
+}
+
+/* A new subscription (made with status s): no pending limit, its
+ * completion callback, then into *slot. 0, or -1 with err. */
+static int keep_sub(cl_nats *n, natsStatus s, natsSubscription *sub, void (*on_complete)(void *),
+                    natsSubscription **slot, const char *what, char *err, size_t err_len)
+{
+    if (s == NATS_OK)
+        s = natsSubscription_SetPendingLimits(sub, -1, -1);
+    if (s == NATS_OK)
+        s = natsSubscription_SetOnCompleteCB(sub, on_complete, n);
+    if (s != NATS_OK) {
+        set_err(err, err_len, what, s);
+        natsSubscription_Destroy(sub);
+        return -1;
+    }
+    pthread_mutex_lock(&n->mu);
+    *slot = sub;
+    pthread_mutex_unlock(&n->mu);
+    return 0;
+}
+
+/* Unsubscribes *slot and waits for its completion flag. */
+static void end_sub(cl_nats *n, natsSubscription **slot, bool *done)
+{
+    pthread_mutex_lock(&n->mu);
+    natsSubscription *sub = *slot;
+    *slot = NULL;
+    pthread_mutex_unlock(&n->mu);
+    if (!sub)
+        return;
+    natsSubscription_Unsubscribe(sub);
+    pthread_mutex_lock(&n->mu);
+    struct timespec deadline = cl_deadline(5);
+    while (!*done && pthread_cond_timedwait(&n->cv, &n->mu, &deadline) == 0)
+        ;
+    pthread_mutex_unlock(&n->mu);
+    natsSubscription_Destroy(sub);
+}
+
+static void end_live(cl_nats *n)
+{
+    end_sub(n, &n->live, &n->live_done);
+}
+
+int cl_nats_live_subscribe(cl_nats *n, char *err, size_t err_len)
+{
+    pthread_mutex_lock(&n->mu);
+    bool have = n->live != NULL;
+    if (!have)
+        n->live_done = false;
+    pthread_mutex_unlock(&n->mu);
+    if (have)
+        return 0;
+    natsSubscription *sub = NULL;
+    natsStatus s = natsConnection_Subscribe(&sub, n->nc, n->subject, on_live, n);
+    return keep_sub(n, s, sub, on_live_complete, &n->live, "bookings subscription", err,
+                    err_len);
+}
+
+int cl_nats_subscribe(cl_nats *n, bool *none_pending, char *err, size_t err_len)
 {
     cl_nats_unsubscribe(n);
     jsStreamInfo *si = NULL;
@@ -367,52 +451,25 @@ int cl_nats_subscribe(cl_nats *n, uint64_t resume_after, int64_t prev_created,
         set_err(err, err_len, "bookings stream info", s);
         return -1;
     }
-    uint64_t start_seq = resume_after && si->Created == prev_created ? resume_after + 1 : 0;
-    *created = si->Created;
-    *none_pending = si->State.Msgs == 0 || si->State.LastSeq < start_seq;
+    *none_pending = si->State.Msgs == 0;
     jsStreamInfo_Destroy(si);
 
     jsSubOptions so;
     jsSubOptions_Init(&so);
     so.Stream = n->stream;
     so.Ordered = true;
-    so.Config.DeliverPolicy = start_seq ? js_DeliverByStartSequence : js_DeliverAll;
-    so.Config.OptStartSeq = start_seq;
+    so.Config.DeliverPolicy = js_DeliverAll;
     natsSubscription *sub = NULL;
     pthread_mutex_lock(&n->mu);
     n->sub_done = false;
     pthread_mutex_unlock(&n->mu);
     s = js_Subscribe(&sub, n->js, n->subject, on_msg, n, NULL, &so, &jerr);
-    if (s == NATS_OK)
-        s = natsSubscription_SetPendingLimits(sub, -1, -1);
-    if (s == NATS_OK)
-        s = natsSubscription_SetOnCompleteCB(sub, on_sub_complete, n);
-    if (s != NATS_OK) {
-        set_err(err, err_len, "bookings subscription", s);
-        natsSubscription_Destroy(sub);
-        return -1;
-    }
-    pthread_mutex_lock(&n->mu);
-    n->sub = sub;
-    pthread_mutex_unlock(&n->mu);
-    return 0;
+    return keep_sub(n, s, sub, on_sub_complete, &n->sub, "bookings replay", err, err_len);
 }
 
 void cl_nats_unsubscribe(cl_nats *n)
 {
-    pthread_mutex_lock(&n->mu);
-    natsSubscription *sub = n->sub;
-    n->sub = NULL;
-    pthread_mutex_unlock(&n->mu);
-    if (!sub)
-        return;
-    natsSubscription_Unsubscribe(sub);
-    pthread_mutex_lock(&n->mu);
-    struct timespec deadline = cl_deadline(5);
-    while (!n->sub_done && pthread_cond_timedwait(&n->cv, &n->mu, &deadline) == 0)
-        ;
-    pthread_mutex_unlock(&n->mu);
-    natsSubscription_Destroy(sub);
+    end_sub(n, &n->sub, &n->sub_done);
 }
 
 /* A plain NATS publish on the stream's subject: the stream stores it all

@@ -1,9 +1,11 @@
 /* The cluster layer's threads and cnats' callbacks into it.
  * - control: after every (re)connection makes sure the buckets and the
- *   stream exist, has the watch thread read the registrations bucket anew,
- *   then (once that read is done, so the replayed bookings find their
- *   models) subscribes to the bookings stream; while connected it writes
- *   the registry's pending changes and heartbeats membership.
+ *   stream exist and the live bookings subscription is in place, has the
+ *   watch thread read the registrations bucket anew, then (once that read
+ *   is done, so the replayed bookings find their models) replays the
+ *   bookings stream (feed.c) and ends the replay's consumer once it is
+ *   over; while connected it writes the registry's pending changes and
+ *   heartbeats membership.
  * - watch: reads the registrations bucket and applies it to the registry.
  *   Its watcher is touched by this thread alone (made, read, destroyed):
  *   a read asked for elsewhere (reconnection, the periodic read, stop) is
@@ -34,6 +36,8 @@ static bool connected(kvr_cluster *c)
     return atomic_load(&c->conn) == KVR_CLUSTER_CONNECTED;
 }
 
+static void replay_ended(kvr_cluster *c);
+
 /* ---- cnats callbacks ------------------------------------------------------ */
 
 void cl_on_conn(void *user, kvr_cluster_conn state)
@@ -63,41 +67,54 @@ void cl_on_conn(void *user, kvr_cluster_conn state)
     pthread_mutex_unlock(&c->mu);
 }
 
-void cl_on_batch(void *user, const char *data, size_t len, uint64_t seq, int64_t wall_ns,
-                 uint64_t pending)
+void cl_on_batch(void *user, const char *data, size_t len, int64_t wall_ns, uint64_t pending)
 {
     kvr_cluster *c = user;
-    cl_inbox_apply(&c->inbox, data, len, wall_ns, (int64_t)(kvr_clock_wall() * 1e9));
-    atomic_store(&c->last_seq, seq);
-    if (pending == 0 && !atomic_load(&c->bookings_replayed)) {
-        pthread_mutex_lock(&c->mu);
-        atomic_store(&c->bookings_replayed, true);
-        pthread_cond_broadcast(&c->cv);
-        pthread_mutex_unlock(&c->mu);
-    }
+    if (cl_feed_replayed(&c->feed, data, len, wall_ns, pending))
+        replay_ended(c);
+}
+
+void cl_on_live(void *user, const char *data, size_t len)
+{
+    kvr_cluster *c = user;
+    cl_feed_live(&c->feed, data, len);
 }
 
 /* ---- control thread -------------------------------------------------------- */
 
+/* The replay is over: /ready may count the bookings, and the control thread
+ * ends the replay's consumer (not from its own callback). */
+static void replay_ended(kvr_cluster *c)
+{
+    pthread_mutex_lock(&c->mu);
+    atomic_store(&c->bookings_replayed, true);
+    c->replay_over = true;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* A replay of the stream, the live subscription already in place. */
 static void subscribe(kvr_cluster *c)
 {
     char err[256];
-    int64_t created = 0;
     bool none = false;
-    if (cl_nats_subscribe(c->nats, atomic_load(&c->last_seq), c->stream_created, &created, &none,
-                          err, sizeof err) < 0) {
+    cl_nats_unsubscribe(c->nats);
+    pthread_mutex_lock(&c->mu);
+    c->replay_over = false;
+    pthread_mutex_unlock(&c->mu);
+    cl_feed_begin_replay(&c->feed);
+    if (cl_nats_subscribe(c->nats, &none, err, sizeof err) < 0) {
         KVR_LOG_LIMITED(KVR_LOG_WARN, NULL, "cluster: %s (retried)", err);
-        return;
+        return; /* live batches keep waiting for the replay retried */
     }
     pthread_mutex_lock(&c->mu);
-    if (created != c->stream_created)
-        atomic_store(&c->last_seq, 0);
-    c->stream_created = created;
     c->subscribed = true;
-    if (none)
-        atomic_store(&c->bookings_replayed, true);
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
+    if (none) {
+        cl_feed_end_replay(&c->feed);
+        replay_ended(c);
+    }
 }
 
 /* Everything a fresh connection needs; false to be retried. Called and
@@ -109,6 +126,9 @@ static bool setup(kvr_cluster *c)
                           (int64_t)c->cfg.membership_ttl_s * 1000000000ll};
     char err[256];
     int rc = cl_nats_ensure(c->nats, &c->names, &lim, err, sizeof err);
+    /* Live first, so the replay that follows leaves no gap (feed.c). */
+    if (rc == 0)
+        rc = cl_nats_live_subscribe(c->nats, err, sizeof err);
     if (rc < 0)
         KVR_LOG_LIMITED(KVR_LOG_WARN, NULL, "cluster: %s (retried)", err);
     else {
@@ -226,6 +246,12 @@ void *cl_control_main(void *arg)
                 c->watch_gen++;
                 c->next_resync = now + CL_RESYNC_S;
                 pthread_cond_broadcast(&c->cv);
+            }
+            if (c->replay_over) {
+                c->replay_over = false;
+                pthread_mutex_unlock(&c->mu);
+                cl_nats_unsubscribe(c->nats);
+                pthread_mutex_lock(&c->mu);
             }
             if (!c->subscribed && c->loaded_gen == c->watch_gen) {
                 pthread_mutex_unlock(&c->mu);

@@ -2,7 +2,8 @@
  * router's hook into batches of at most max_events, due after max_delay;
  * the inbox applies other replicas' batches, skips this process's own,
  * adopts an earlier run's, applies a /free forwarded to this replica, and
- * gives a replayed booking only what is left of its TTL. */
+ * gives a replayed booking only what is left of its TTL; the feed holds
+ * live batches back while the stream is replayed. */
 #include <time.h>
 
 #include "../route/route_test_util.h"
@@ -215,12 +216,71 @@ static void test_inbox_replay_keeps_what_is_left_of_the_ttl(void **state)
     destroy(f);
 }
 
+static void replayed(cl_feed *feed, cl_buf *msg, uint64_t pending, bool last)
+{
+    assert_int_equal(cl_feed_replayed(feed, msg->data, msg->len, now_ns(), pending), last);
+    cl_buf_free(msg);
+}
+
+static void live(cl_feed *feed, cl_buf *msg)
+{
+    cl_feed_live(feed, msg->data, msg->len);
+    cl_buf_free(msg);
+}
+
+/* Live batches that arrive while the stream is replayed wait for its end
+ * (a /free of a booking the replay has not reached yet would find nothing,
+ * and the booking would stay), then apply in order; a later replay skips
+ * an earlier run's batches, adopted once already (a booking of it released
+ * since must stay released). */
+static void test_feed_live_waits_for_the_replay(void **state)
+{
+    (void)state;
+    fx *f = make();
+    cl_feed feed;
+    cl_feed_init(&feed, &f->in);
+    cl_feed_begin_replay(&feed);
+    kvr_booking_event rel = release_of("p1");
+    cl_buf m = batch(f, PEER, 1, NULL, PEER, &rel, 1);
+    live(&feed, &m);
+    assert_int_equal(atomic_load(&f->in.batches), 0);
+    m = batch(f, PEER, 1, "p1", PEER, NULL, 0);
+    replayed(&feed, &m, 2, false);
+    m = batch(f, SELF, MY_RUN - 1, "before", SELF, NULL, 0);
+    replayed(&feed, &m, 1, false);
+    assert_int_equal(load1(f).bookings, 2);
+    m = batch(f, PEER, 1, "p2", PEER, NULL, 0);
+    replayed(&feed, &m, 0, true); /* the last: p1's release applies now */
+    assert_int_equal(load1(f).bookings, 2); /* p2 and the adopted one */
+    assert_int_equal(atomic_load(&f->in.adopted), 1);
+    /* live again: at once; the replay consumer's late messages are ignored */
+    rel = release_of("p2");
+    m = batch(f, PEER, 1, NULL, PEER, &rel, 1);
+    live(&feed, &m);
+    assert_int_equal(load1(f).bookings, 1);
+    m = batch(f, PEER, 1, "late", PEER, NULL, 0);
+    replayed(&feed, &m, 0, false);
+    assert_int_equal(load1(f).bookings, 1);
+
+    /* This run releases the adopted booking; a reconnection replays again. */
+    assert_int_equal(kvr_router_release(f->r, "before"), KVR_ROUTE_OK);
+    cl_feed_begin_replay(&feed);
+    m = batch(f, SELF, MY_RUN - 1, "before", SELF, NULL, 0);
+    replayed(&feed, &m, 0, true);
+    assert_int_equal(load1(f).bookings, 0);
+    assert_int_equal(atomic_load(&f->in.adopted), 1);
+    cl_feed_destroy(&feed);
+    rt_expect_nothing_held(f->r);
+    destroy(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_outbox_batches),
         cmocka_unit_test(test_inbox_whose_is_what),
         cmocka_unit_test(test_inbox_replay_keeps_what_is_left_of_the_ttl),
+        cmocka_unit_test(test_feed_live_waits_for_the_replay),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

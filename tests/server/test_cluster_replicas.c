@@ -4,7 +4,7 @@
  * answers everywhere; a booking on one changes the choice on another and
  * its /free elsewhere reaches it; bookings expire on every replica; a NATS
  * outage stops nothing, and a worker registered meanwhile reaches the
- * others once NATS is back. Every wait polls with a deadline. */
+ * others once NATS is back. A replica never reads its own bookings back. Every wait polls with a deadline. */
 #include "test_support.h"
 
 #include "nats_server.h"
@@ -138,6 +138,27 @@ static char *query_text(const char *base)
     return t;
 }
 
+static long long cluster_metric(const char *base, const char *needle)
+{
+    char url[128], *out = NULL;
+    snprintf(url, sizeof url, "%s/metrics", base);
+    th_http("GET", url, NULL, 0, &out);
+    const char *p = strstr(out, needle);
+    long long v = p ? atoll(p + strlen(needle)) : -1;
+    free(out);
+    return v;
+}
+
+static void wait_metric(const char *base, const char *needle, long long want)
+{
+    for (double end = th_now() + WAIT_MS / 1e3; cluster_metric(base, needle) != want;) {
+        if (th_now() > end)
+            fail_msg("%s: %s is %lld, want %lld", base, needle, cluster_metric(base, needle),
+                     want);
+        th_sleep_ms(20);
+    }
+}
+
 static void test_registration_and_queries_agree(void **state)
 {
     fx *f = *state;
@@ -210,6 +231,10 @@ static void test_booking_on_one_changes_the_choice_on_another(void **state)
     }
     for (int i = 1; i < N; i++)
         wait_bookings(f, i, 1, 3);
+    /* Replica 0 never read those batches back: the live subject has no
+     * echo, the stream is read only to catch up. */
+    assert_true(cluster_metric(f->base[0], "\nkvr_cluster_batches_published_total ") >= 1);
+    assert_int_equal(cluster_metric(f->base[0], "\nkvr_cluster_own_batches_skipped_total "), 0);
     /* Replica 1, which booked nothing itself, sends the next one to 2. */
     for (int k = 0; k < 4; k++) {
         char id[16];
@@ -253,27 +278,6 @@ static void test_bookings_expire_on_every_replica(void **state)
         wait_bookings(f, i, 1, 0);
     stop_all(f);
     th_engine_stop(&e);
-}
-
-static long long cluster_metric(const char *base, const char *needle)
-{
-    char url[128], *out = NULL;
-    snprintf(url, sizeof url, "%s/metrics", base);
-    th_http("GET", url, NULL, 0, &out);
-    const char *p = strstr(out, needle);
-    long long v = p ? atoll(p + strlen(needle)) : -1;
-    free(out);
-    return v;
-}
-
-static void wait_metric(const char *base, const char *needle, long long want)
-{
-    for (double end = th_now() + WAIT_MS / 1e3; cluster_metric(base, needle) != want;) {
-        if (th_now() > end)
-            fail_msg("%s: %s is %lld, want %lld", base, needle, cluster_metric(base, needle),
-                     want);
-        th_sleep_ms(20);
-    }
 }
 
 static void test_nats_outage(void **state)
