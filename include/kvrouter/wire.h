@@ -137,9 +137,10 @@ typedef struct {
  * payload and the batch's shape (ts, rank, the events array) and decodes
  * no event; kvr_batch_next decodes the next one. So the decoder holds one
  * event at a time: its memory is 8 bytes per hash and token of the largest
- * event of the batch (12 per token for a store small enough for the u32
- * view) (each takes at least one payload byte: at most 8x the
- * payload, and at most 8.5 MiB by the SPEC §3 bounds), not per event of the
+ * event of the batch (each takes at least one payload byte: at most 8x the
+ * payload, and at most 8.5 MiB by the SPEC §3 bounds; 12 per token for a
+ * store of at most KVR_WIRE_U32_VIEW_MAX tokens, which also gets its u32
+ * view), not per event of the
  * batch, and it gives back what passed KVR_WIRE_SCRATCH_KEEP_BYTES once the
  * last event was handed out (kvr_batch_bytes says what it holds).
  *
