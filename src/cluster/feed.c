@@ -46,6 +46,11 @@ void cl_feed_init(cl_feed *f, cl_inbox *in)
     memset(f, 0, sizeof *f);
     pthread_mutex_init(&f->mu, NULL);
     f->inbox = in;
+    /* Until the first replay ends: the live subscription starts before the
+     * registrations are read, and a live booking of a model not loaded yet
+     * would be refused (the replay brings it again, but counted as
+     * rejected meanwhile). */
+    f->replaying = true;
 }
 
 static void drop_buffer(cl_feed *f)
