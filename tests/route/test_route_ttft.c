@@ -9,12 +9,15 @@
 
 #define BS 4
 #define N 1024 /* 256 blocks */
+/* Tokens the fixture holds: the pinned bookings of test_recompute_weight_keeps_cache
+ * route up to 610 blocks of them (reading past N tokens read past the fixture). */
+#define N_HELD (4 * N)
 
 typedef struct {
     kvr_indexer *ix;
     kvr_router *r;
     double now;
-    uint32_t tokens[N];
+    uint32_t tokens[N_HELD];
 } fx;
 
 static double fake_clock(void *ud) { return ((fx *)ud)->now; }
@@ -35,7 +38,7 @@ static fx *make_with(void (*tweak)(kvr_router_config *))
     f->r = kvr_router_create(f->ix, &cfg);
     assert_non_null(f->r);
     f->now = 100;
-    for (uint32_t i = 0; i < N; i++)
+    for (uint32_t i = 0; i < N_HELD; i++)
         f->tokens[i] = 700 + i;
     return f;
 }
