@@ -10,11 +10,12 @@
 # usage: bench/route_bench.sh BUILD_DIR [seconds] [connections] [workers] [route|query]
 # ROUTE_BENCH_SERVE_ARGS: more `kvrouter serve` options (bench/cluster_bench.sh
 # passes --nats ... there); ROUTE_BENCH_METRICS: a regex of /metrics lines to
-# print after the run.
+# print after the run. ROUTE_BENCH_SERVE_PREFIX: a command the server runs under
+# (e.g. "taskset -c 0", to keep it on a core of its own).
 set -eu
 BUILD=${1:?build dir}; SECS=${2:-10}; CONN=${3:-16}; NWORKERS=${4:-64}; EP=${5:-route}
 . "$(cd "$(dirname "$0")" && pwd)/http_fixture.sh"
-fixture_start "$BUILD" "$NWORKERS"
+fixture_start "$BUILD" "$NWORKERS" ${ROUTE_BENCH_SERVE_PREFIX:-}
 export ROUTE_BENCH_PATH="/$EP"
 cpu() { awk '{print $14 + $15}' /proc/$SRV/stat; }
 ucpu() { awk '{print $14}' /proc/$SRV/stat; }
