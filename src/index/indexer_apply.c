@@ -463,15 +463,14 @@ int kvr_indexer_declare_rank(kvr_indexer *ix, kvr_worker *w, uint32_t rank)
     while (at < w->n_declared && w->declared[at] < rank)
         at++;
     if (at == w->n_declared || w->declared[at] != rank) {
-        kvr_grow((void **)&w->declared, &w->cap_declared, w->n_declared + 1,
-                 sizeof *w->declared, 4);
-        if (w->n_declared < w->cap_declared) {
+        if (kvr_grow((void **)&w->declared, &w->cap_declared, w->n_declared + 1,
+                     sizeof *w->declared, 4) < 0) {
+            rc = -1;
+        } else {
             memmove(&w->declared[at + 1], &w->declared[at],
                     (w->n_declared - at) * sizeof *w->declared);
             w->declared[at] = rank;
             w->n_declared++;
-        } else {
-            rc = -1;
         }
     }
     pthread_mutex_unlock(&w->mu);
