@@ -427,8 +427,7 @@ bool kvr_indexer_unregister_rank(kvr_indexer *ix, kvr_worker *w, uint32_t rank)
         kvr_rank_state *r = w->ranks[i];
         if (r->rank != rank)
             continue;
-        kvr_index_clear_owner(w->grp->idx, r->owner);
-        kvr_ix_rank_destroy(r);
+        kvr_ix_rank_destroy(r); /* its owner (r->owner) is cleared below */
         w->n_ranks--;
         memmove(&w->ranks[i], &w->ranks[i + 1], (w->n_ranks - i) * sizeof(*w->ranks));
         publish_ranks(w);
@@ -445,6 +444,8 @@ bool kvr_indexer_unregister_rank(kvr_indexer *ix, kvr_worker *w, uint32_t rank)
             break;
         }
     pthread_mutex_unlock(&w->mu);
+    /* One clear for the rank's owner, whether live state made it or a
+     * peer dump did (owners outlive rank state: this is r->owner) */
     kvr_owner o = kvr_index_find_owner(w->grp->idx, w->worker_id, rank);
     if (o != KVR_OWNER_NONE)
         kvr_index_clear_owner(w->grp->idx, o);
