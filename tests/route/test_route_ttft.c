@@ -77,6 +77,16 @@ static const kvr_route_cost *cost_of(const kvr_route_decision *d, uint64_t id)
 
 static bool near(double a, double b) { return fabs(a - b) <= 1e-9 * (1 + fabs(b)); }
 
+/* A decoding booking on worker pin: a prompt of N tokens starting with
+ * token first (distinct firsts, distinct blocks), prefill done, not freed. */
+static void book_decoding(fx *f, const char *id, uint32_t first, uint64_t pin)
+{
+    f->tokens[0] = first;
+    kvr_route_decision d = route_n(f, id, N, pin);
+    kvr_route_decision_free(&d);
+    assert_int_equal(kvr_router_prefill_done(f->r, id), KVR_ROUTE_OK);
+}
+
 static void test_defaults_and_names(void **state)
 {
     (void)state;
@@ -351,11 +361,7 @@ static void test_decode_slowdown_fitted(void **state)
         int m = (i % 5) * 16;
         for (int j = 0; j < m; j++) {
             snprintf(id, sizeof id, "d%d_%d", i, j);
-            f->tokens[0] = 20000 + (uint32_t)j;
-            kvr_route_decision d = route_n(f, id, N, 1);
-            kvr_route_decision_free(&d);
-            /* no time passes: not a sample */
-            assert_int_equal(kvr_router_prefill_done(f->r, id), KVR_ROUTE_OK);
+            book_decoding(f, id, 20000 + (uint32_t)j, 1); /* no time passes: not a sample */
         }
         f->tokens[0] = 700;
         snprintf(id, sizeof id, "s%d", i);
@@ -372,10 +378,7 @@ static void test_decode_slowdown_fitted(void **state)
     }
     for (int j = 0; j < 24; j++) { /* 24 decodes: 24576 context tokens */
         snprintf(id, sizeof id, "e%d", j);
-        f->tokens[0] = 30000 + (uint32_t)j;
-        kvr_route_decision d = route_n(f, id, N, 1);
-        kvr_route_decision_free(&d);
-        assert_int_equal(kvr_router_prefill_done(f->r, id), KVR_ROUTE_OK);
+        book_decoding(f, id, 30000 + (uint32_t)j, 1);
     }
     f->tokens[0] = 700;
     kvr_route_decision d = route_n(f, NULL, N, 1);
@@ -421,10 +424,7 @@ static void test_decode_factor_bounded(void **state)
     /* Distinct prompts: 120 bookings x 256 blocks x 4 tokens x 5e-6 > 0.5 */
     for (int i = 0; i < 120; i++) {
         snprintf(id, sizeof id, "d%d", i);
-        f->tokens[0] = 10000 + (uint32_t)i;
-        kvr_route_decision d = route_n(f, id, N, 1);
-        kvr_route_decision_free(&d);
-        assert_int_equal(kvr_router_prefill_done(f->r, id), KVR_ROUTE_OK);
+        book_decoding(f, id, 10000 + (uint32_t)i, 1);
     }
     f->tokens[0] = 700;
     kvr_route_decision d = route_n(f, NULL, N, 1);
