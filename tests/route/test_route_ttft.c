@@ -389,6 +389,36 @@ static void test_decode_slowdown_fitted(void **state)
     done(f);
 }
 
+/* A candidate's rate is read from its state slot (src/route/slots.c), a
+ * copy of the rates map bound by the first /route that scores it. The
+ * sample that completes the rate comes with no load created or freed (its
+ * booking is still held), so only the sample itself can refresh the copy
+ * (route_slot_changed in route_rate_sample). */
+static void test_learned_rate_reaches_a_bound_slot(void **state)
+{
+    (void)state;
+    fx *f = make_with(NULL);
+    worker_with(f, 1, 0);
+    kvr_route_decision d = route_n(f, NULL, N, 0); /* binds worker 1's slot */
+    assert_true(near(cost_of(&d, 1)->prefill_tps, 1e4));
+    kvr_route_decision_free(&d);
+    char id[16];
+    for (int i = 0; i < KVR_ROUTE_RATE_MIN_SAMPLES; i++) {
+        snprintf(id, sizeof id, "r%d", i);
+        d = route_n(f, id, N, 1);
+        kvr_route_decision_free(&d);
+        f->now += 0.05;
+        assert_int_equal(kvr_router_prefill_done(f->r, id), KVR_ROUTE_OK);
+        if (i == KVR_ROUTE_RATE_MIN_SAMPLES - 1) {
+            d = route_n(f, NULL, N, 0);
+            assert_true(near(cost_of(&d, 1)->prefill_tps, 1024 / 0.05));
+            kvr_route_decision_free(&d);
+        }
+        assert_int_equal(kvr_router_release(f->r, id), KVR_ROUTE_OK);
+    }
+    done(f);
+}
+
 static void no_learning(kvr_router_config *c) { c->learn_prefill_rate = false; }
 
 static void test_no_learning_keeps_configured_rate(void **state)
@@ -576,6 +606,7 @@ int main(void)
         cmocka_unit_test(test_near_ties_go_to_least_recent_work),
         cmocka_unit_test(test_long_requests_tie_less),
         cmocka_unit_test(test_rate_learned_from_prefill_done),
+        cmocka_unit_test(test_learned_rate_reaches_a_bound_slot),
         cmocka_unit_test(test_no_learning_keeps_configured_rate),
         cmocka_unit_test(test_decode_slowdown_fitted),
         cmocka_unit_test(test_decode_factor_bounded),
