@@ -313,6 +313,30 @@ static void test_near_ties_go_to_least_recent_work(void **state)
     }
 }
 
+/* Recent work is read from the candidate's state slot as well: the work a
+ * booking adds comes after its load is created (which refreshes the slot
+ * first), so route_rate_add_work must refresh it itself. */
+static void test_booked_work_reaches_a_bound_slot(void **state)
+{
+    (void)state;
+    fx *f = make_with(NULL);
+    worker_with(f, 1, 0);
+    worker_with(f, 2, 0);
+    kvr_route_decision d = route_n(f, NULL, N, 0); /* binds both slots */
+    assert_true(cost_of(&d, 1)->recent_work == 0);
+    kvr_route_decision_free(&d);
+    d = route_n(f, "a", N, 1);
+    double booked = (double)d.booked_prefill_tokens;
+    assert_true(booked > 0);
+    kvr_route_decision_free(&d);
+    d = route_n(f, NULL, N, 0); /* no time passed: nothing decayed */
+    assert_true(near(cost_of(&d, 1)->recent_work, booked));
+    assert_true(cost_of(&d, 2)->recent_work == 0);
+    kvr_route_decision_free(&d);
+    assert_int_equal(kvr_router_release(f->r, "a"), KVR_ROUTE_OK);
+    done(f);
+}
+
 /* A long request ties less: at 250 tokens/s the 1024-token prompt takes
  * 4.096 s, 4.064 s on worker 1 (2 blocks cached): 32 ms apart, inside 5 %
  * and 0.1 s but not inside 0.1 s / 4.064^2 = 6 ms, so worker 1 takes every
@@ -604,6 +628,7 @@ int main(void)
         cmocka_unit_test(test_recompute_weight_keeps_cache),
         cmocka_unit_test(test_copies_count_one_over_holders),
         cmocka_unit_test(test_near_ties_go_to_least_recent_work),
+        cmocka_unit_test(test_booked_work_reaches_a_bound_slot),
         cmocka_unit_test(test_long_requests_tie_less),
         cmocka_unit_test(test_rate_learned_from_prefill_done),
         cmocka_unit_test(test_learned_rate_reaches_a_bound_slot),
