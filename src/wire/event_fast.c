@@ -12,26 +12,6 @@
 #include <msgpuck.h>
 #include <string.h>
 
-/* Reads a non-negative integer (positive fixint, uint 8/16/32/64) at *p. */
-static inline bool take_uint(const char **p, uint64_t *v)
-{
-    unsigned char c = (unsigned char)**p;
-    const char *q = *p + 1;
-    if (c < 0x80) {
-        *v = c;
-    } else {
-        switch (c) {
-        case 0xcc: *v = mp_load_u8(&q); break;
-        case 0xcd: *v = mp_load_u16(&q); break;
-        case 0xce: *v = mp_load_u32(&q); break;
-        case 0xcf: *v = mp_load_u64(&q); break;
-        default: return false;
-        }
-    }
-    *p = q;
-    return true;
-}
-
 /* nil: true, *p past it */
 static inline bool take_nil(const char **p)
 {
@@ -78,7 +58,7 @@ static bool take_uints(kvr_batch *b, kvr_raw_event *ev, size_t *used, const char
                 const char *v = q + 1;
                 dst[i] = mp_load_u32(&v);
                 q = v;
-            } else if (!take_uint(&q, &dst[i])) {
+            } else if (!kvr_wire_take_uint(&q, &dst[i])) {
                 return false;
             }
         }
@@ -93,7 +73,7 @@ static bool take_uints(kvr_batch *b, kvr_raw_event *ev, size_t *used, const char
                 if (t == KVR_WIDE_SENTINEL)
                     wide = true;
             } else {
-                if (!take_uint(&q, &dst[i]))
+                if (!kvr_wire_take_uint(&q, &dst[i]))
                     return false;
                 wide |= dst[i] >= KVR_WIDE_SENTINEL;
                 dst32[i] = (uint32_t)dst[i];
@@ -151,18 +131,18 @@ static bool stored(kvr_batch *b, kvr_raw_event *ev, const char **p, uint32_t n)
                     &ev->n_block_hashes, NULL))
         return false;
     if (!take_nil(p)) {
-        if (!take_uint(p, &ev->parent))
+        if (!kvr_wire_take_uint(p, &ev->parent))
             return false;
         ev->has_parent = true;
     }
     /* the Eagle bigram form (arrays for tokens) is left to the general path */
     if (!take_uints(b, ev, &used, p, KVR_WIRE_MAX_TOKENS, true, &ev->token_ids,
                     &ev->n_token_ids, &ev->token_ids_u32) ||
-        !take_uint(p, &v) || v > UINT32_MAX)
+        !kvr_wire_take_uint(p, &v) || v > UINT32_MAX)
         return false;
     ev->block_size = (uint32_t)v;
     if (n > 5 && !take_nil(p)) {
-        if (!take_uint(p, &v) || v > INT64_MAX)
+        if (!kvr_wire_take_uint(p, &v) || v > INT64_MAX)
             return false;
         ev->has_lora_id = true;
         ev->lora_id = (int64_t)v;

@@ -155,26 +155,9 @@ static drop read_bigrams(const char **p, uint32_t n, uint64_t *out)
  * (the payload was validated: their bytes are there). */
 static uint32_t read_uints(const char **p, uint32_t n, uint64_t *out)
 {
-    const char *q = *p;
     uint32_t i = 0;
-    for (; i < n; i++) {
-        unsigned char c = (unsigned char)*q;
-        if (c < 0x80) {
-            out[i] = c;
-            q++;
-            continue;
-        }
-        const char *v = q + 1;
-        switch (c) {
-        case 0xcc: out[i] = mp_load_u8(&v); break;
-        case 0xcd: out[i] = mp_load_u16(&v); break;
-        case 0xce: out[i] = mp_load_u32(&v); break;
-        case 0xcf: out[i] = mp_load_u64(&v); break;
-        default: *p = q; return i;
-        }
-        q = v;
-    }
-    *p = q;
+    while (i < n && kvr_wire_take_uint(p, &out[i]))
+        i++;
     return i;
 }
 

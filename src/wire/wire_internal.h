@@ -54,6 +54,29 @@ bool kvr_wire_u64_reserve(kvr_batch *b, kvr_raw_event *ev, size_t used, size_t e
  * sensible was read and *p is unspecified. */
 bool kvr_wire_read_uint(const char **p, uint64_t max, uint64_t *out);
 
+/* Reads a non-negative integer in the unsigned formats only (positive
+ * fixint, uint 8/16/32/64) at *p, with no type dispatch: the token and hash
+ * arrays engines send. False, *p untouched, for any other item (the caller
+ * falls back to kvr_wire_read_uint or the general decoder). */
+static inline bool kvr_wire_take_uint(const char **p, uint64_t *v)
+{
+    unsigned char c = (unsigned char)**p;
+    const char *q = *p + 1;
+    if (c < 0x80) {
+        *v = c;
+    } else {
+        switch (c) {
+        case 0xcc: *v = mp_load_u8(&q); break;
+        case 0xcd: *v = mp_load_u16(&q); break;
+        case 0xce: *v = mp_load_u32(&q); break;
+        case 0xcf: *v = mp_load_u64(&q); break;
+        default: return false;
+        }
+    }
+    *p = q;
+    return true;
+}
+
 /* Fields of a BlockStored / BlockRemoved event, whatever its encoding. */
 enum kvr_wire_field {
     KVR_F_HASHES,
