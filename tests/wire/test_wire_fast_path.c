@@ -5,7 +5,7 @@
  * tagged events that mix the shapes engines send with every other value
  * type in every position, and on the shapes the bench and SGLang send.
  * Also: the validating walk's own table of scalar sizes agrees with msgpuck's
- * parser hints, which mp_check steps with. */
+ * parser hints, which mp_check steps with; the u32 view stops at its bound. */
 #include "test_support.h"
 
 #include <msgpuck.h>
@@ -314,6 +314,45 @@ static void test_common_shapes_take_the_fast_path(void **state)
     assert_int_equal(events, 3);
 }
 
+/* The u32 view's bound (KVR_WIRE_U32_VIEW_MAX tokens): a store at the bound
+ * gets its view, one token more does not (the random events above stay far
+ * below it); both are still taken by the fast path and equal the general
+ * decoder's event. */
+static void test_u32_view_stops_at_its_bound(void **state)
+{
+    (void)state;
+    static char buf[16384];
+    for (uint32_t n = KVR_WIRE_U32_VIEW_MAX; n <= KVR_WIRE_U32_VIEW_MAX + 1; n++) {
+        char *p = mp_encode_array(buf, 3);
+        p = mp_encode_double(p, 0.0);
+        p = mp_encode_array(p, 1);
+        p = mp_encode_array(p, 5);
+        p = mp_encode_str(p, "BlockStored", 11);
+        p = mp_encode_array(p, 1);
+        p = mp_encode_uint(p, 9);
+        p = mp_encode_nil(p);
+        p = mp_encode_array(p, n);
+        for (uint32_t i = 0; i < n; i++)
+            p = mp_encode_uint(p, 70000u + i);
+        p = mp_encode_uint(p, n);
+        p = mp_encode_nil(p);
+        assert_true((size_t)(p - buf) <= sizeof buf);
+        uint32_t events;
+        assert_int_equal(compare_batch(buf, (size_t)(p - buf), &events), 1);
+
+        kvr_batch b;
+        kvr_batch_init(&b);
+        assert_int_equal(kvr_batch_decode(&b, buf, (size_t)(p - buf)), KVR_BATCH_OK);
+        const kvr_raw_event *ev = kvr_batch_next(&b);
+        assert_int_equal(ev->type, KVR_EV_STORED);
+        assert_int_equal(ev->n_token_ids, n);
+        assert_int_equal(ev->token_ids_u32 != NULL, n <= KVR_WIRE_U32_VIEW_MAX);
+        if (ev->token_ids_u32)
+            assert_int_equal(ev->token_ids_u32[n - 1], 70000u + n - 1);
+        kvr_batch_free(&b);
+    }
+}
+
 /* The walk's table of scalar sizes says what msgpuck's parser hint says. */
 static void test_scalar_table_matches_msgpuck(void **state)
 {
@@ -332,6 +371,7 @@ int main(void)
         cmocka_unit_test(test_scalar_table_matches_msgpuck),
         cmocka_unit_test(test_fast_path_equals_general_decoder),
         cmocka_unit_test(test_common_shapes_take_the_fast_path),
+        cmocka_unit_test(test_u32_view_stops_at_its_bound),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
