@@ -53,15 +53,6 @@ skip_scalars(const char **cur, const char *end, uint64_t n)
     return k;
 }
 
-/* The big-endian length of `bytes` bytes at p (1, 2 or 4). */
-static uint32_t load_len(const char *p, unsigned bytes)
-{
-    const unsigned char *u = (const unsigned char *)p;
-    return bytes == 1 ? u[0] : bytes == 2 ? (uint32_t)u[0] << 8 | u[1]
-                                           : (uint32_t)u[0] << 24 | (uint32_t)u[1] << 16 |
-                                                 (uint32_t)u[2] << 8 | u[3];
-}
-
 /* Iterative walk over msgpuck's own item boundaries (mp_parser_hint, the
  * table mp_check steps with, so both see the same items): rem is the number
  * of elements still to read in the container open at depth `depth` (depth
@@ -117,7 +108,8 @@ static kvr_batch_error walk(const char *p, const char *end, kvr_wire_top *top)
             bool ext = l <= MP_HINT_EXT_8;
             if (bytes + ext > (size_t)(end - cur))
                 return KVR_BATCH_INVALID_MSGPACK;
-            n = load_len(cur, bytes);
+            const char *q = cur; /* msgpuck's big-endian loads */
+            n = bytes == 1 ? mp_load_u8(&q) : bytes == 2 ? mp_load_u16(&q) : mp_load_u32(&q);
             cur += bytes + ext;
             if (l == MP_HINT_STR_8 || l == MP_HINT_STR_16 || l == MP_HINT_STR_32 || ext) {
                 if (n > (uint64_t)(end - cur))
