@@ -66,7 +66,7 @@ static void test_bytes_chain_eagle_pad_vectors(void **state)
 {
     (void)state;
     json_t *root = kvr_test_load_json("fixtures/hash_vectors.json");
-    size_t i, checked = 0;
+    size_t i;
     json_t *v;
     json_array_foreach(json_object_get(root, "bytes"), i, v) {
         const char *utf8 = json_string_value(json_object_get(v, "utf8"));
@@ -74,14 +74,12 @@ static void test_bytes_chain_eagle_pad_vectors(void **state)
         assert_int_equal(kvr_hash_bytes(utf8, strlen(utf8),
                                         (uint64_t)json_integer_value(json_object_get(v, "seed"))),
                          kvr_test_u64(json_string_value(json_object_get(v, "hash"))));
-        checked++;
     }
     json_array_foreach(json_object_get(root, "chain"), i, v) {
         assert_int_equal(
             kvr_hash_chain(kvr_test_u64(json_string_value(json_object_get(v, "parent"))),
                            kvr_test_u64(json_string_value(json_object_get(v, "block")))),
             kvr_test_u64(json_string_value(json_object_get(v, "hash"))));
-        checked++;
     }
     json_array_foreach(json_object_get(root, "eagle_window"), i, v) {
         json_t *toks = json_object_get(v, "tokens");
@@ -94,14 +92,15 @@ static void test_bytes_chain_eagle_pad_vectors(void **state)
         uint64_t out[2] = {0, 0};
         assert_int_equal(kvr_hash_blocks(tokens, n, b, true, KVR_HASH_SEED, out, 2), 1);
         assert_int_equal(out[0], kvr_test_u64(json_string_value(json_object_get(v, "hash"))));
-        checked++;
     }
     json_array_foreach(json_object_get(root, "pad_value"), i, v) {
         uint64_t h = kvr_test_u64(json_string_value(json_object_get(v, "mm_hash")));
         assert_int_equal(kvr_pad_value(h), json_integer_value(json_object_get(v, "pad")));
-        checked++;
     }
-    assert_true(checked >= 4);
+    /* every list has entries: an emptied one checks nothing */
+    static const char *const lists[] = {"bytes", "chain", "eagle_window", "pad_value"};
+    for (size_t k = 0; k < sizeof lists / sizeof lists[0]; k++)
+        assert_true(json_array_size(json_object_get(root, lists[k])) > 0);
     json_decref(root);
 }
 
