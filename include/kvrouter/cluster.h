@@ -168,6 +168,7 @@ const char *kvr_cluster_conn_name(kvr_cluster_conn s);
     X(batches_received, COUNTER, "booking batches received (stream replays and the live subject)") \
     X(peer_events_applied, COUNTER, "other replicas' booking events applied to the load")  \
     X(peer_events_rejected, COUNTER, "booking events the router did not apply (expired, unknown model or id)") \
+    X(live_batches_dropped, COUNTER, "live booking batches lost while a stream replay ran (over 64 MiB waiting, out of memory)") \
     X(own_batches_skipped, COUNTER, "batches this process published, read back by a stream replay") \
     X(adopted_events, COUNTER, "events of an earlier run of this replica, taken back")     \
     X(invalid_payloads, COUNTER, "NATS payloads (batches, events, values) that failed validation") \

@@ -313,6 +313,7 @@ void kvr_cluster_status_get(kvr_cluster *c, kvr_cluster_status *out)
     k->batches_received = atomic_load(&c->inbox.batches);
     k->peer_events_applied = atomic_load(&c->inbox.applied);
     k->peer_events_rejected = atomic_load(&c->inbox.rejected);
+    k->live_batches_dropped = atomic_load(&c->feed.dropped);
     k->own_batches_skipped = atomic_load(&c->inbox.own_skipped);
     k->adopted_events = atomic_load(&c->inbox.adopted);
     k->invalid_payloads = atomic_load(&c->inbox.invalid) + atomic_load(&c->sync.invalid);

@@ -207,7 +207,8 @@ typedef struct {
     cl_inbox *inbox;
     bool replaying;     /* live batches wait for the replay's end */
     cl_feed_item *head, *tail;
-    size_t bytes;
+    size_t bytes, max_bytes; /* waiting; past max_bytes the oldest go */
+    _Atomic uint64_t dropped; /* live batches lost while waiting */
 } cl_feed;
 
 void cl_feed_init(cl_feed *f, cl_inbox *in);

@@ -28,8 +28,8 @@
 #include "util/clock.h"
 
 /* Live batches held during one replay: a replay reads memory at loopback
- * speed, seconds at most; past this the oldest are dropped (counted as
- * rejected batches by the inbox's counters). */
+ * speed, seconds at most; past this the oldest are dropped (counted in
+ * live_batches_dropped). */
 #define CL_FEED_MAX_BYTES (64u << 20)
 
 struct cl_feed_item {
@@ -46,6 +46,7 @@ void cl_feed_init(cl_feed *f, cl_inbox *in)
     memset(f, 0, sizeof *f);
     pthread_mutex_init(&f->mu, NULL);
     f->inbox = in;
+    f->max_bytes = CL_FEED_MAX_BYTES;
     /* Until the first replay ends: the live subscription starts before the
      * registrations are read, and a live booking of a model not loaded yet
      * would be refused (the replay brings it again, but counted as
@@ -137,16 +138,16 @@ void cl_feed_live(cl_feed *f, const char *data, size_t len)
             f->tail = it;
             f->bytes += len;
         } else {
-            atomic_fetch_add(&f->inbox->rejected, 1);
+            atomic_fetch_add(&f->dropped, 1);
         }
-        while (f->bytes > CL_FEED_MAX_BYTES && f->head) {
+        while (f->bytes > f->max_bytes && f->head) {
             cl_feed_item *old = f->head;
             f->head = old->next;
             if (!f->head)
                 f->tail = NULL;
             f->bytes -= old->len;
             free(old);
-            atomic_fetch_add(&f->inbox->rejected, 1);
+            atomic_fetch_add(&f->dropped, 1);
         }
     }
     pthread_mutex_unlock(&f->mu);

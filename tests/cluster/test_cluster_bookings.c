@@ -274,6 +274,29 @@ static void test_feed_live_waits_for_the_replay(void **state)
     destroy(f);
 }
 
+/* Past its bound, the oldest waiting live batch goes and is counted; the
+ * rest apply at the replay's end. */
+static void test_feed_drops_the_oldest_past_its_bound(void **state)
+{
+    (void)state;
+    fx *f = make();
+    cl_feed feed;
+    cl_feed_init(&feed, &f->in);
+    cl_buf m = batch(f, PEER, 1, "a", PEER, NULL, 0);
+    feed.max_bytes = m.len + m.len / 2; /* room for one batch */
+    live(&feed, &m);
+    assert_int_equal(atomic_load(&feed.dropped), 0);
+    m = batch(f, PEER, 1, "b", PEER, NULL, 0);
+    live(&feed, &m);
+    assert_int_equal(atomic_load(&feed.dropped), 1);
+    cl_feed_end_replay(&feed);
+    assert_int_equal(atomic_load(&f->in.batches), 1);
+    assert_int_equal(load1(f).bookings, 1); /* b alone */
+    assert_int_equal(atomic_load(&f->in.rejected), 0);
+    cl_feed_destroy(&feed);
+    destroy(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -281,6 +304,7 @@ int main(void)
         cmocka_unit_test(test_inbox_whose_is_what),
         cmocka_unit_test(test_inbox_replay_keeps_what_is_left_of_the_ttl),
         cmocka_unit_test(test_feed_live_waits_for_the_replay),
+        cmocka_unit_test(test_feed_drops_the_oldest_past_its_bound),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
