@@ -174,6 +174,8 @@ const char *kvr_cluster_conn_name(kvr_cluster_conn s);
     X(invalid_payloads, COUNTER, "NATS payloads (batches, events, values) that failed validation") \
     X(registrations_applied, COUNTER, "bucket puts and deletes applied to the registry")   \
     X(registrations_rejected, COUNTER, "bucket values the registry refused")               \
+    X(registration_reads, COUNTER, "whole reads of the registrations bucket done (every connection and every 60 s)") \
+    X(registration_watch_failures, COUNTER, "registrations watchers that could not be made or broke by themselves (made again after 0.5 s)") \
     X(registrations_written, COUNTER, "registry changes written to the bucket")            \
     X(registration_write_failures, COUNTER, "bucket writes that failed (retried)")         \
     X(registrations_pending, GAUGE, "registry changes waiting to be written to the bucket") \

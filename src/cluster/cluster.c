@@ -319,6 +319,8 @@ void kvr_cluster_status_get(kvr_cluster *c, kvr_cluster_status *out)
     k->invalid_payloads = atomic_load(&c->inbox.invalid) + atomic_load(&c->sync.invalid);
     k->registrations_applied = atomic_load(&c->sync.applied);
     k->registrations_rejected = atomic_load(&c->sync.rejected);
+    k->registration_reads = atomic_load(&c->registration_reads);
+    k->registration_watch_failures = atomic_load(&c->watch_failures);
     k->registrations_written = atomic_load(&c->sync.written);
     k->registration_write_failures = atomic_load(&c->sync.write_failures);
     k->registrations_pending = cl_sync_pending(&c->sync);

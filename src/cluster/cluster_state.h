@@ -42,7 +42,7 @@ struct kvr_cluster {
     _Atomic bool closing; /* kvr_cluster_stop is closing the connection */
     _Atomic bool registrations_loaded, bookings_replayed, started_without_nats;
     _Atomic uint64_t connects, disconnects, bookings_published, batches_published,
-        publish_failures, replicas;
+        publish_failures, replicas, registration_reads, watch_failures;
 };
 
 /* threads.c */

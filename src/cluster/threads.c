@@ -331,6 +331,7 @@ static bool read_bucket(kvr_cluster *c, cl_watch *w, uint64_t gen)
                 return true;
         } else if (r == CL_WATCH_CAUGHT_UP) {
             cl_sync_end_pass(&c->sync);
+            atomic_fetch_add(&c->registration_reads, 1);
             pthread_mutex_lock(&c->mu);
             if (gen > c->loaded_gen)
                 c->loaded_gen = gen;
@@ -365,6 +366,7 @@ void *cl_watch_main(void *arg)
             cl_nats_watch_destroy(w);
             pthread_mutex_lock(&c->mu);
             if (!w && !c->stop) {
+                atomic_fetch_add(&c->watch_failures, 1);
                 struct timespec ts = cl_deadline(0.5);
                 pthread_cond_timedwait(&c->cv, &c->mu, &ts);
             }
@@ -377,6 +379,7 @@ void *cl_watch_main(void *arg)
         /* A watcher that broke by itself is made again, after a pause. */
         have = asked ? gen : 0;
         if (!asked && !c->stop) {
+            atomic_fetch_add(&c->watch_failures, 1);
             struct timespec ts = cl_deadline(0.5);
             pthread_cond_timedwait(&c->cv, &c->mu, &ts);
         }

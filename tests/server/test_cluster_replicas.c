@@ -291,6 +291,11 @@ static void test_nats_outage(void **state)
     for (int i = 1; i < N; i++)
         wait_worker(f->base[i], 1);
 
+    long long reads[N];
+    for (int i = 0; i < N; i++) {
+        reads[i] = cluster_metric(f->base[i], "\nkvr_cluster_registration_reads_total ");
+        assert_true(reads[i] >= 1); /* the start's */
+    }
     th_nats_kill(&f->nats);
     for (int i = 0; i < N; i++)
         wait_metric(f->base[i], "kvr_cluster_connection{state=\"reconnecting\"} ", 1);
@@ -311,6 +316,14 @@ static void test_nats_outage(void **state)
         wait_metric(f->base[i], "kvr_cluster_connection{state=\"connected\"} ", 1);
         wait_worker(f->base[i], 9);
         assert_true(th_has_worker(f->base[i], 1));
+        /* the reconnection read the bucket whole again */
+        for (double end = th_now() + WAIT_MS / 1e3;
+             cluster_metric(f->base[i], "\nkvr_cluster_registration_reads_total ") <= reads[i];)
+        {
+            if (th_now() > end)
+                fail_msg("%s: no read of the bucket after the reconnection", f->base[i]);
+            th_sleep_ms(20);
+        }
     }
     /* The booking made during the outage stayed local (the others never
      * counted it); bookings flow again. */
