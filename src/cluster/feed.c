@@ -54,15 +54,23 @@ void cl_feed_init(cl_feed *f, cl_inbox *in)
     f->replaying = true;
 }
 
+/* The oldest waiting batch, taken out of the buffer (NULL when empty). */
+static cl_feed_item *pop(cl_feed *f)
+{
+    cl_feed_item *it = f->head;
+    if (it) {
+        f->head = it->next;
+        if (!f->head)
+            f->tail = NULL;
+        f->bytes -= it->len;
+    }
+    return it;
+}
+
 static void drop_buffer(cl_feed *f)
 {
-    while (f->head) {
-        cl_feed_item *it = f->head;
-        f->head = it->next;
+    for (cl_feed_item *it; (it = pop(f));)
         free(it);
-    }
-    f->tail = NULL;
-    f->bytes = 0;
 }
 
 void cl_feed_destroy(cl_feed *f)
@@ -82,14 +90,10 @@ void cl_feed_begin_replay(cl_feed *f)
 /* With f->mu held. */
 static void finish(cl_feed *f)
 {
-    while (f->head) {
-        cl_feed_item *it = f->head;
-        f->head = it->next;
+    for (cl_feed_item *it; (it = pop(f));) {
         cl_inbox_apply(f->inbox, it->data, it->len, it->wall_ns, now_ns());
         free(it);
     }
-    f->tail = NULL;
-    f->bytes = 0;
     f->replaying = false;
     f->inbox->adopt_previous = false;
 }
@@ -141,12 +145,7 @@ void cl_feed_live(cl_feed *f, const char *data, size_t len)
             atomic_fetch_add(&f->dropped, 1);
         }
         while (f->bytes > f->max_bytes && f->head) {
-            cl_feed_item *old = f->head;
-            f->head = old->next;
-            if (!f->head)
-                f->tail = NULL;
-            f->bytes -= old->len;
-            free(old);
+            free(pop(f));
             atomic_fetch_add(&f->dropped, 1);
         }
     }
