@@ -257,6 +257,40 @@ void route_slots_free(route_bookings *b);
 /* Decayed recent work of (work, work_at) at now. */
 double route_recent_work(double work, double work_at, double now);
 
+/* ---- route_filter.c ------------------------------------------------------ */
+
+/* Drops the candidates the request excludes (pinned worker or rank,
+ * allowed_workers) in place, with their entry_profile and entry_slot;
+ * returns the count left, or 0 with q->error set. */
+size_t route_filter_candidates(const kvr_route_request *req, kvr_query_result *q,
+                               uint32_t *entry_profile, uint32_t *entry_slot);
+/* Bad per-request overrides and request ids: KVR_ROUTE_BAD_REQUEST with
+ * out->error naming the field. */
+kvr_route_status route_check_overrides(const kvr_route_request *req, kvr_route_decision *out);
+
+/* ---- the idle class of a ttft /route (idle_class.c) ---------------------- */
+
+/* The candidates of a /route as the selection scores them: at[j] is the
+ * candidate (kvr_query_result entry) compact position j stands for, and
+ * mult[j] how many it stands for: 1, or for rep (SIZE_MAX: none) the
+ * members of the idle class, every one of which the model costs alike. */
+typedef struct {
+    uint32_t *at, *mult;
+    size_t rep;
+    uint32_t *members; /* the class's candidates, in candidate order */
+    size_t n_members;
+} route_idle_split;
+
+/* Fills sp (arrays of q->n_entries) from the candidates and their states
+ * st (per entry); returns the compact count. */
+size_t route_idle_class(const kvr_query_result *q, const route_slot *const *st,
+                        const uint32_t *entry_profile, route_idle_split *sp);
+/* The k-th (from 0) candidate, in candidate order, of those whose compact
+ * position is tied[j] (a member of the class counts when the
+ * representative is); *compact = its compact position. */
+size_t route_idle_kth(const route_idle_split *sp, size_t n, const bool *tied, size_t k,
+                      size_t *compact);
+
 /* ---- approximate index (approx.c); guarded by its own mutex -------------- */
 
 typedef struct route_approx route_approx;
@@ -357,6 +391,12 @@ typedef struct route_scratch {
      * debug): reused, as a fresh 112 KB per 1000-worker /route was not */
     kvr_route_cost *costs;
     size_t costs_cap;
+    /* kvr_route's idle class split (idle_class.c): its three arrays of
+     * n entries each, and tie flags */
+    uint32_t *split;
+    size_t split_cap;
+    bool *tied;
+    size_t tied_cap;
     struct route_scratch *next;
 } route_scratch;
 

@@ -102,6 +102,8 @@ static void scratch_destroy(route_scratch *s)
     free(s->states);
     free(s->unslotted);
     free(s->costs);
+    free(s->split);
+    free(s->tied);
     free(s);
 }
 

@@ -1,6 +1,9 @@
 /* Selection (SPEC §8): cost per candidate (worker, rank), argmin with a
  * random tie-break or softmax sampling, then the booking, all under the
- * router lock so concurrent requests see each other's load. */
+ * router lock so concurrent requests see each other's load. The ttft
+ * argmin scores the candidates the model cannot tell apart (idle, nothing
+ * cached) once, as a class (idle_class.c); the loops below take compact
+ * candidates, each standing for mult[i] of them. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,64 +25,6 @@ typedef struct {
     double cut_w;
     double decode_share, max_slowdown, recompute_weight;
 } cost_params;
-
-static bool allowed(const kvr_route_request *req, const kvr_u64map *set, uint64_t worker_id)
-{
-    if (!req->allowed_workers)
-        return true;
-    if (set)
-        return kvr_u64map_find(set, worker_id) != NULL;
-    for (size_t i = 0; i < req->n_allowed_workers; i++)
-        if (req->allowed_workers[i] == worker_id)
-            return true;
-    return false;
-}
-
-/* Drops non-candidates in place; returns the count left, or sets the error. */
-static size_t filter_candidates(const kvr_route_request *req, kvr_query_result *q,
-                                uint32_t *entry_profile, uint32_t *entry_slot)
-{
-    if (!req->has_worker_id && !req->has_dp_rank && !req->allowed_workers && q->n_entries)
-        return q->n_entries; /* no filter: every candidate stays, uncopied */
-    size_t n = 0;
-    bool worker_seen = false, rank_seen = false;
-    /* A long allow-list is hashed once rather than scanned per candidate. */
-    kvr_u64map set;
-    kvr_u64map_init(&set);
-    bool use_set = req->allowed_workers && req->n_allowed_workers > 16;
-    for (size_t i = 0; use_set && i < req->n_allowed_workers; i++)
-        if (kvr_u64map_put(&set, req->allowed_workers[i], 1) < 0)
-            use_set = false;
-    for (size_t i = 0; i < q->n_entries; i++) {
-        const kvr_query_entry *e = &q->entries[i];
-        if (req->has_worker_id && e->worker_id != req->worker_id)
-            continue;
-        worker_seen = true;
-        if (req->has_dp_rank && e->dp_rank != req->dp_rank)
-            continue;
-        rank_seen = true;
-        if (!allowed(req, use_set ? &set : NULL, e->worker_id))
-            continue;
-        entry_profile[n] = entry_profile[i];
-        entry_slot[n] = entry_slot[i];
-        q->entries[n++] = *e;
-    }
-    kvr_u64map_free(&set);
-    q->n_entries = n;
-    if (n == 0) {
-        if (!worker_seen)
-            snprintf(q->error, sizeof q->error,
-                     "worker_id: %llu is not registered for this model and group",
-                     (unsigned long long)req->worker_id);
-        else if (!rank_seen)
-            snprintf(q->error, sizeof q->error, "dp_rank: %u is not a known rank%s",
-                     req->dp_rank, req->has_worker_id ? " of the pinned worker" : "");
-        else
-            snprintf(q->error, sizeof q->error,
-                     "allowed_workers: no registered worker is allowed");
-    }
-    return n;
-}
 
 /* SPEC §8 / Dynamo: credit and cost of a candidate whose overlaps and load
  * are set. */
@@ -161,9 +106,11 @@ static void copies_by_reach(const uint32_t *count, uint32_t max_reach, double *b
     }
 }
 
-static void add_duplicate_cost(const cost_params *p, kvr_route_cost *c, size_t n, uint32_t bs)
+/* c: n compact candidates standing for mult[i] each, n_all in all. */
+static void add_duplicate_cost(const cost_params *p, kvr_route_cost *c, const uint32_t *mult,
+                               size_t n, size_t n_all, uint32_t bs)
 {
-    if (!(p->recompute_weight > 0) || n < 2)
+    if (!(p->recompute_weight > 0) || n_all < 2)
         return;
     uint32_t max_reach = 0;
     for (size_t i = 0; i < n; i++)
@@ -179,7 +126,7 @@ static void add_duplicate_cost(const cost_params *p, kvr_route_cost *c, size_t n
         return; /* the costs stay plain TTFT */
     }
     for (size_t i = 0; i < n; i++)
-        count[c[i].disk_blocks]++;
+        count[c[i].disk_blocks] += mult[i];
     copies_by_reach(count, max_reach, below);
     for (size_t i = 0; i < n; i++)
         c[i].cost += p->recompute_weight * below[c[i].disk_blocks] * bs / c[i].prefill_tps;
@@ -233,14 +180,15 @@ static void fill_cost(const cost_params *p, const kvr_query_entry *e, const rout
  * chance, and a worker measured 3 % faster would otherwise win every cold
  * request of an idle fleet; engines of different kinds differ by far more. */
 static void fill_rates(kvr_router *r, const kvr_query_result *q, const route_slot *const *st,
-                       kvr_route_cost *c, size_t n, double now)
+                       const uint32_t *at, kvr_route_cost *c, size_t n, double now)
 {
     double sum = 0;
     size_t measured = 0;
     for (size_t i = 0; i < n; i++) {
-        const kvr_query_entry *e = &q->entries[i];
-        c[i].prefill_tps = st[i]->measured_tps;
-        c[i].recent_work = route_recent_work(st[i]->work, st[i]->work_at, now);
+        const kvr_query_entry *e = &q->entries[at[i]];
+        const route_slot *sl = st[at[i]];
+        c[i].prefill_tps = sl->measured_tps;
+        c[i].recent_work = route_recent_work(sl->work, sl->work_at, now);
         if (c[i].prefill_tps > 0) {
             sum += c[i].prefill_tps;
             measured++;
@@ -331,8 +279,13 @@ static bool near_best(const kvr_route_cost *c, double cost_limit, double credit_
            c->decode_factor <= max_factor + 1e-12;
 }
 
-static size_t pick_balanced(kvr_router *r, kvr_route_cost *c, size_t n, double tol, uint64_t isl,
-                            kvr_route_reason *reason)
+/* c: n compact candidates standing for mult[i] each. Returns the least
+ * recent work's position; when several tie with it, *draw = which of them
+ * (in candidate order, tied[i] marking them) the random tie-break takes,
+ * else SIZE_MAX. */
+static size_t pick_balanced(kvr_router *r, kvr_route_cost *c, const uint32_t *mult, size_t n,
+                            double tol, uint64_t isl, kvr_route_reason *reason, bool *tied,
+                            size_t *draw)
 {
     size_t best = 0;
     for (size_t i = 1; i < n; i++)
@@ -357,20 +310,16 @@ static size_t pick_balanced(kvr_router *r, kvr_route_cost *c, size_t n, double t
         if (near_best(&c[i], limit, floor_, c[best].decode_factor)) {
             if (!near_best(&c[least], limit, floor_, c[best].decode_factor) || c[i].recent_work < c[least].recent_work)
                 least = i;
-            near++;
+            near += mult[i];
         }
     *reason = near > 1 ? KVR_REASON_BALANCED : KVR_REASON_BEST_COST;
     size_t same = 0;
-    for (size_t i = 0; i < n; i++)
-        if (near_best(&c[i], limit, floor_, c[best].decode_factor) && c[i].recent_work <= c[least].recent_work + 0.5)
-            same++;
-    if (same > 1) {
-        size_t k = (size_t)(route_rng_next(r) % same);
-        for (size_t i = 0; i < n; i++)
-            if (near_best(&c[i], limit, floor_, c[best].decode_factor) &&
-                c[i].recent_work <= c[least].recent_work + 0.5 && k-- == 0)
-                return i;
+    for (size_t i = 0; i < n; i++) {
+        tied[i] = near_best(&c[i], limit, floor_, c[best].decode_factor) &&
+                  c[i].recent_work <= c[least].recent_work + 0.5;
+        same += tied[i] ? mult[i] : 0;
     }
+    *draw = same > 1 ? (size_t)(route_rng_next(r) % same) : SIZE_MAX;
     return least;
 }
 
@@ -390,37 +339,14 @@ static cost_params params_of(const kvr_router *r, const kvr_route_request *req)
     return p;
 }
 
-static kvr_route_status check_overrides(const kvr_route_request *req, kvr_route_decision *out)
-{
-    struct {
-        bool has;
-        double v;
-        const char *name;
-    } o[] = {{req->has_overlap_score_credit, req->overlap_score_credit, "overlap_score_credit"},
-             {req->has_prefill_load_scale, req->prefill_load_scale, "prefill_load_scale"},
-             {req->has_temperature, req->temperature, "temperature"}};
-    for (size_t i = 0; i < sizeof o / sizeof o[0]; i++)
-        if (o[i].has && !(isfinite(o[i].v) && o[i].v >= 0)) {
-            snprintf(out->error, sizeof out->error, "%s: must be a finite number >= 0",
-                     o[i].name);
-            return KVR_ROUTE_BAD_REQUEST;
-        }
-    if (req->request_id && (!req->request_id[0] || strlen(req->request_id) > KVR_ROUTE_MAX_ID_LEN)) {
-        snprintf(out->error, sizeof out->error, "request_id: must be 1..%u characters",
-                 KVR_ROUTE_MAX_ID_LEN);
-        return KVR_ROUTE_BAD_REQUEST;
-    }
-    return KVR_ROUTE_OK;
-}
-
-/* Books the request on the chosen candidate c; caller holds r->mu. */
+/* Books the request on the chosen candidate c (entry pick of q); caller
+ * holds r->mu. */
 static kvr_route_status book(kvr_router *r, kvr_index *idx, const cost_params *p,
                              const kvr_route_request *req, const route_scratch *s,
-                             const kvr_query_result *q, const kvr_route_cost *costs, size_t pick,
+                             const kvr_query_result *q, const kvr_route_cost *c, size_t pick,
                              const uint64_t *unique, uint64_t isl, uint32_t bs, double now,
                              kvr_route_decision *out)
 {
-    const kvr_route_cost *c = &costs[pick];
     if (r->cfg.max_bookings && r->bk.n_active >= r->cfg.max_bookings) {
         r->bk.rejected++;
         snprintf(out->error, sizeof out->error,
@@ -471,7 +397,7 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
 {
     memset(out, 0, sizeof *out);
     atomic_fetch_add(&r->routes, 1);
-    kvr_route_status st = check_overrides(req, out);
+    kvr_route_status st = route_check_overrides(req, out);
     if (st != KVR_ROUTE_OK)
         return st;
 
@@ -481,20 +407,22 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
     route_scratch *s = NULL;
     st = route_query(r, &req->q, &q, &idx, &s);
     out->n_hash_passes = q.n_hash_passes;
-    if (st == KVR_ROUTE_OK && filter_candidates(req, &q, s->entry_profile, s->entry_slot) == 0)
+    if (st == KVR_ROUTE_OK && route_filter_candidates(req, &q, s->entry_profile, s->entry_slot) == 0)
         st = KVR_ROUTE_NO_CANDIDATE;
     /* the decision owns the candidates only when it reports them */
     kvr_route_cost *c = NULL, *owned = NULL;
     uint64_t *unique = NULL;
     if (st == KVR_ROUTE_OK) {
+        size_t need = q.n_entries + 1;
         if (req->debug)
-            c = owned = calloc(q.n_entries ? q.n_entries : 1, sizeof *c);
-        else if (route_grow((void **)&s->costs, &s->costs_cap, q.n_entries + 1, sizeof *c) == 0)
-            c = memset(s->costs, 0, q.n_entries * sizeof *c);
+            c = owned = calloc(need, sizeof *c);
+        else if (route_grow((void **)&s->costs, &s->costs_cap, need, sizeof *c) == 0)
+            c = s->costs; /* cleared once the compact count is known */
         if (!c || !(unique = malloc(s->n_profiles * sizeof *unique)) ||
-            route_grow((void **)&s->states, &s->states_cap, q.n_entries + 1, sizeof *s->states) < 0 ||
-            route_grow((void **)&s->unslotted, &s->unslotted_cap, q.n_entries + 1,
-                       sizeof *s->unslotted) < 0)
+            route_grow((void **)&s->states, &s->states_cap, need, sizeof *s->states) < 0 ||
+            route_grow((void **)&s->unslotted, &s->unslotted_cap, need, sizeof *s->unslotted) < 0 ||
+            route_grow((void **)&s->split, &s->split_cap, 3 * need, sizeof *s->split) < 0 ||
+            route_grow((void **)&s->tied, &s->tied_cap, need, sizeof *s->tied) < 0)
             st = KVR_ROUTE_NO_MEMORY;
     }
     if (st != KVR_ROUTE_OK) {
@@ -505,7 +433,7 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
         kvr_query_result_free(&q);
         return st;
     }
-    size_t n = q.n_entries;
+    size_t n_all = q.n_entries;
     uint32_t bs = q.block_size;
     uint64_t isl = req->q.n_tokens;
     for (size_t k = 0; k < s->n_profiles; k++)
@@ -517,42 +445,71 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
     route_bookings_expire(&r->bk, now);
     /* Each candidate's load and rate, walked in the rank cache's order. */
     route_slots *slots = route_slots_for(&r->bk, (uintptr_t)idx, s->rank_gen, s->rank_n);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n_all; i++) {
         const kvr_query_entry *e = &q.entries[i];
         s->states[i] = route_slot_get(&r->bk, slots, s->entry_slot[i], (uintptr_t)idx,
                                       e->worker_id, e->dp_rank, &s->unslotted[i]);
     }
+    bool sampled = p.temperature > 0 && n_all > 1;
+    /* The ttft argmin costs the idle candidates once, as a class
+     * (idle_class.c); the other rules, and a decision that reports every
+     * candidate's cost, score each one. */
+    route_idle_split sp = {s->split, s->split + n_all, SIZE_MAX, s->split + 2 * n_all, 0};
+    size_t n;
+    if (p.model == KVR_COST_TTFT && !sampled && !req->debug) {
+        n = route_idle_class(&q, s->states, s->entry_profile, &sp);
+    } else {
+        for (size_t i = 0; i < n_all; i++) {
+            sp.at[i] = (uint32_t)i;
+            sp.mult[i] = 1;
+        }
+        n = n_all;
+    }
+    if (!owned)
+        memset(c, 0, n * sizeof *c);
     if (p.model == KVR_COST_TTFT) {
-        fill_rates(r, &q, s->states, c, n, now);
+        fill_rates(r, &q, s->states, sp.at, c, n, now);
         if (r->cfg.learn_prefill_rate)
             p.decode_share = route_fit_share(&r->bk, (uintptr_t)idx, p.decode_share);
     }
-    for (size_t i = 0; i < n; i++) {
-        uint32_t k = s->entry_profile[i];
+    for (size_t j = 0; j < n; j++) {
+        uint32_t i = sp.at[j], k = s->entry_profile[i];
         fill_cost(&p, &q.entries[i], s->states[i], &s->profiles[k], unique[k], isl, bs, now,
-                  &c[i]);
+                  &c[j]);
     }
     if (p.model == KVR_COST_TTFT)
-        add_duplicate_cost(&p, c, n, bs);
-    size_t pick, ties = 1;
+        add_duplicate_cost(&p, c, sp.mult, n, n_all, bs);
+    size_t pick_at, pick = SIZE_MAX, ties = 1; /* compact position, candidate */
     kvr_route_reason reason;
-    if (p.temperature > 0 && n > 1) {
-        pick = sample_softmax(r, c, n, p.temperature);
+    if (sampled) {
+        pick_at = sample_softmax(r, c, n, p.temperature);
         reason = KVR_REASON_SAMPLED;
     } else {
         if (p.model == KVR_COST_TTFT) {
-            pick = pick_balanced(r, c, n, r->cfg.tie_tolerance, isl, &reason);
+            size_t draw;
+            pick_at = pick_balanced(r, c, sp.mult, n, r->cfg.tie_tolerance, isl, &reason, s->tied,
+                                    &draw);
+            size_t drawn_at;
+            if (draw != SIZE_MAX &&
+                (pick = route_idle_kth(&sp, n, s->tied, draw, &drawn_at)) != SIZE_MAX)
+                pick_at = drawn_at;
         } else {
-            pick = pick_argmin(r, c, n, &ties);
+            pick_at = pick_argmin(r, c, n, &ties);
             reason = ties > 1 ? KVR_REASON_TIE_RANDOM : KVR_REASON_BEST_COST;
         }
-        for (size_t i = 0; i < n; i++)
-            c[i].probability = i == pick ? 1.0 : 0.0;
+        for (size_t j = 0; j < n; j++)
+            c[j].probability = j == pick_at ? 1.0 : 0.0;
     }
+    if (pick == SIZE_MAX)
+        pick = sp.at[pick_at];
+    /* A member of the class: the representative's cost, its identity. */
+    kvr_route_cost *chosen = &c[pick_at];
+    chosen->worker_id = q.entries[pick].worker_id;
+    chosen->dp_rank = q.entries[pick].dp_rank;
     if (req->has_worker_id)
         reason = KVR_REASON_PINNED;
     if (req->request_id) {
-        st = book(r, idx, &p, req, s, &q, c, pick, unique, isl, bs, now, out);
+        st = book(r, idx, &p, req, s, &q, chosen, pick, unique, isl, bs, now, out);
         if (st != KVR_ROUTE_OK) {
             pthread_mutex_unlock(&r->mu);
             free(owned);
@@ -575,7 +532,7 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
     out->forward_mm_hashes = e->forward_mm_hashes;
     out->engine = e->engine;
     out->reason = reason;
-    out->cost = c[pick].cost;
+    out->cost = chosen->cost;
     out->block_size = bs;
     if (owned) {
         out->costs = owned;

@@ -100,16 +100,17 @@ static inline kvr_query_request rt_request(const uint32_t *tokens, size_t n,
     return q;
 }
 
-/* Routes the first n tokens with debug costs, pinned to worker pin when
- * pin != 0; fails the test unless the router answers KVR_ROUTE_OK. */
-static inline kvr_route_decision rt_route_debug(kvr_router *r, const uint32_t *tokens, size_t n,
-                                                const char *id, uint64_t pin)
+/* Routes the first n tokens (with every candidate's cost when debug),
+ * pinned to worker pin when pin != 0; fails the test unless the router
+ * answers KVR_ROUTE_OK. */
+static inline kvr_route_decision rt_route_as(kvr_router *r, const uint32_t *tokens, size_t n,
+                                             const char *id, uint64_t pin, bool debug)
 {
     kvr_route_request rq;
     memset(&rq, 0, sizeof rq);
     rq.q = rt_request(tokens, n, NULL, 0);
     rq.request_id = id;
-    rq.debug = true;
+    rq.debug = debug;
     if (pin) {
         rq.has_worker_id = true;
         rq.worker_id = pin;
@@ -119,6 +120,12 @@ static inline kvr_route_decision rt_route_debug(kvr_router *r, const uint32_t *t
     if (st != KVR_ROUTE_OK)
         fail_msg("route failed: %d %s", st, d.error);
     return d;
+}
+
+static inline kvr_route_decision rt_route_debug(kvr_router *r, const uint32_t *tokens, size_t n,
+                                                const char *id, uint64_t pin)
+{
+    return rt_route_as(r, tokens, n, id, pin, true);
 }
 
 /* The cost model rt_router gives its routers: the library default unless a

@@ -1,0 +1,79 @@
+/* The idle class of a ttft /route (internal.h route_idle_class): at 1000
+ * workers most candidates hold none of the prompt, have no load, no
+ * measured rate and no recent work, so the model gives every one of them
+ * the same cost, credit, slowdown and tie-break value. Scoring each of
+ * them cost ~1,000 instructions a candidate across the loops of select.c;
+ * here they become one representative with a multiplicity, and the
+ * selection's random tie-break is resolved back to the member the full
+ * loop would have taken (same random draw, same candidate order), so the
+ * choice is the same bit for bit. Caller holds kvr_router.mu. */
+#include "route/internal.h"
+
+/* Whether the model tells candidate e (state st) from any other idle one:
+ * the cost reads the overlaps, the load, the rate (measured, registered)
+ * and the recent work; the profile decides the blocks a booking adds. */
+static bool idle(const kvr_query_entry *e, const route_slot *st)
+{
+    return !e->gpu_blocks && !e->cpu_blocks && !e->disk_blocks && !st->load &&
+           !(st->measured_tps > 0) && !(st->work > 0);
+}
+
+size_t route_idle_class(const kvr_query_result *q, const route_slot *const *st,
+                        const uint32_t *entry_profile, route_idle_split *out)
+{
+    size_t n = 0;
+    out->rep = SIZE_MAX;
+    out->n_members = 0;
+    double tps = 0;
+    uint32_t profile = 0;
+    for (size_t i = 0; i < q->n_entries; i++) {
+        const kvr_query_entry *e = &q->entries[i];
+        if (idle(e, st[i])) {
+            bool first = out->rep == SIZE_MAX;
+            if (first) {
+                out->rep = n;
+                tps = e->prefill_tps;
+                profile = entry_profile[i];
+                out->at[n] = (uint32_t)i;
+                out->mult[n++] = 0; /* counted below */
+            }
+            if (first || (e->prefill_tps == tps && entry_profile[i] == profile)) {
+                out->members[out->n_members++] = (uint32_t)i;
+                continue;
+            }
+        }
+        out->at[n] = (uint32_t)i;
+        out->mult[n++] = 1;
+    }
+    if (out->rep != SIZE_MAX)
+        out->mult[out->rep] = (uint32_t)out->n_members;
+    return n;
+}
+
+size_t route_idle_kth(const route_idle_split *sp, size_t n, const bool *tied, size_t k,
+                      size_t *compact)
+{
+    bool class_tied = sp->rep != SIZE_MAX && tied[sp->rep];
+    size_t m = 0; /* next member not yet passed */
+    for (size_t j = 0; j < n; j++) {
+        if (j == sp->rep)
+            continue;
+        /* the members before this candidate, in candidate order */
+        for (; m < sp->n_members && sp->members[m] < sp->at[j]; m++)
+            if (class_tied && k-- == 0) {
+                *compact = sp->rep;
+                return sp->members[m];
+            }
+        if (tied[j] && k-- == 0) {
+            *compact = j;
+            return sp->at[j];
+        }
+    }
+    for (; class_tied && m < sp->n_members; m++)
+        if (k-- == 0) {
+            *compact = sp->rep;
+            return sp->members[m];
+        }
+    *compact = SIZE_MAX;
+    return SIZE_MAX; /* k past the tied candidates: the caller's count was wrong */
+}

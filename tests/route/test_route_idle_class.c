@@ -1,0 +1,286 @@
+/* The ttft /route costs its idle candidates once, as a class
+ * (src/route/idle_class.c); a decision with debug costs scores every
+ * candidate one by one. Both must choose alike: two routers built the same
+ * way (same seed, same clock, same events, same bookings) route the same
+ * requests, one without and one with debug, over random fleets, loads,
+ * learned rates and registered rates. And the class follows the router's
+ * state slots: a load takes a worker out and its release brings it back;
+ * booked work keeps it out. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+
+#include "route/internal.h"
+#include "route_test_util.h"
+#include "util/rng.h"
+
+#define BS 4
+#define FAMILIES 3          /* prompt families workers cache; family 3 is cold */
+#define FAMILY_TOKENS 512
+
+typedef struct {
+    kvr_indexer *ix;
+    kvr_router *r;
+} side;
+
+typedef struct {
+    side a, b; /* a routes without debug (the class), b with it (every candidate) */
+    double now;
+    uint64_t rng;
+    uint32_t tokens[FAMILIES + 1][FAMILY_TOKENS];
+} fx;
+
+static double fake_clock(void *ud) { return ((fx *)ud)->now; }
+
+static uint32_t below(fx *f, uint32_t n) { return (uint32_t)(kvr_splitmix64(&f->rng) % n); }
+
+static void side_open(fx *f, side *s, uint64_t seed)
+{
+    s->ix = kvr_indexer_create();
+    assert_non_null(s->ix);
+    kvr_router_config cfg;
+    kvr_router_config_default(&cfg);
+    assert_int_equal(cfg.cost_model, KVR_COST_TTFT);
+    cfg.rng_seed = seed;
+    cfg.rank_refresh_s = 0;
+    cfg.booking_ttl_s = 30;
+    cfg.clock = fake_clock;
+    cfg.clock_ud = f;
+    s->r = kvr_router_create(s->ix, &cfg);
+    assert_non_null(s->r);
+}
+
+static fx *make(uint64_t seed)
+{
+    fx *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    f->now = 100;
+    f->rng = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (uint32_t k = 0; k <= FAMILIES; k++)
+        for (uint32_t i = 0; i < FAMILY_TOKENS; i++)
+            f->tokens[k][i] = 1000 + k * 100000 + i;
+    side_open(f, &f->a, seed);
+    side_open(f, &f->b, seed);
+    return f;
+}
+
+static void done(fx *f)
+{
+    rt_close(f->a.ix, f->a.r);
+    rt_close(f->b.ix, f->b.r);
+    free(f);
+}
+
+static kvr_worker *register_worker(side *s, uint64_t id, double prefill_tps)
+{
+    kvr_worker_settings ws = {0};
+    ws.kv_events = KVR_KV_EVENTS_ON;
+    ws.model_name = RT_MODEL;
+    ws.worker_id = id;
+    ws.block_size = BS;
+    ws.accepts_mm_hashes = -1;
+    ws.prefill_tps = prefill_tps;
+    kvr_worker *w = NULL;
+    assert_int_equal(kvr_indexer_register(s->ix, &ws, &w), KVR_REG_CREATED);
+    return w;
+}
+
+/* Worker id on both sides: maybe a registered rate, maybe part of a
+ * family cached on rank 0 and (sometimes) on rank 1. */
+static void random_worker(fx *f, uint64_t id)
+{
+    static const double rates[] = {0, 0, 0, 8000, 12000};
+    double tps = rates[below(f, 5)];
+    uint32_t ranks = 1 + (below(f, 4) == 0);
+    uint32_t fam[2], blocks[2];
+    for (uint32_t k = 0; k < ranks; k++) {
+        fam[k] = below(f, FAMILIES);
+        blocks[k] = below(f, 3) ? 0 : below(f, FAMILY_TOKENS / BS);
+    }
+    side *sides[] = {&f->a, &f->b};
+    for (int s = 0; s < 2; s++) {
+        kvr_worker *w = register_worker(sides[s], id, tps);
+        for (uint32_t k = 0; k < ranks; k++) {
+            uint64_t t[FAMILY_TOKENS];
+            rt_widen(f->tokens[fam[k]], t, blocks[k] * BS);
+            if (blocks[k] || k > 0) /* a rank > 0 exists once it has state */
+                rt_store(sides[s]->ix, w, k, BS, t, blocks[k] * BS, false,
+                         id * 1000000 + k * 100000);
+        }
+    }
+}
+
+static kvr_route_decision route_on(side *s, const uint32_t *tokens, size_t n, const char *id,
+                                   uint64_t pin, bool debug)
+{
+    return rt_route_as(s->r, tokens, n, id, pin, debug);
+}
+
+typedef struct {
+    size_t decisions, balanced, idle_picks;
+    uint64_t picked[128];
+} tally;
+
+/* Routes one request on both sides and checks they decide alike. */
+static void route_both(fx *f, const char *id, uint64_t pin, tally *t)
+{
+    uint32_t fam = below(f, FAMILIES + 1);
+    size_t n = 8 + below(f, FAMILY_TOKENS - 8);
+    kvr_route_decision da = route_on(&f->a, f->tokens[fam], n, id, pin, false);
+    kvr_route_decision db = route_on(&f->b, f->tokens[fam], n, id, pin, true);
+    assert_null(da.costs);
+    if (da.worker_id != db.worker_id || da.dp_rank != db.dp_rank)
+        fail_msg("class picked %llu/%u, every candidate %llu/%u (%zu candidates)",
+                 (unsigned long long)da.worker_id, da.dp_rank,
+                 (unsigned long long)db.worker_id, db.dp_rank, db.n_costs);
+    assert_int_equal(da.reason, db.reason);
+    assert_true(da.cost == db.cost);
+    assert_int_equal(da.booked_prefill_tokens, db.booked_prefill_tokens);
+    assert_int_equal(da.booked_blocks, db.booked_blocks);
+    t->decisions++;
+    t->balanced += da.reason == KVR_REASON_BALANCED;
+    for (size_t i = 0; i < db.n_costs; i++)
+        if (db.costs[i].worker_id == db.worker_id && db.costs[i].dp_rank == db.dp_rank)
+            t->idle_picks += db.costs[i].disk_blocks == 0 && db.costs[i].recent_work == 0 &&
+                             db.costs[i].queued_tokens == 0 && db.costs[i].active_decode_blocks == 0;
+    if (da.worker_id < 128)
+        t->picked[da.worker_id]++;
+    kvr_route_decision_free(&db);
+}
+
+static void test_class_picks_as_every_candidate(void **state)
+{
+    (void)state;
+    tally t = {0};
+    for (uint64_t trial = 1; trial <= 60; trial++) {
+        fx *f = make(trial);
+        uint32_t workers = 2 + below(f, 90);
+        for (uint32_t w = 1; w <= workers; w++)
+            random_worker(f, w);
+        char live[64][16];
+        size_t n_live = 0;
+        for (int step = 0; step < 120; step++) {
+            uint32_t op = below(f, 10);
+            if (op < 3) {
+                route_both(f, NULL, 0, &t);
+            } else if (op < 6 && n_live < 64) {
+                snprintf(live[n_live], sizeof live[n_live], "t%d", step);
+                route_both(f, live[n_live++], below(f, 4) ? 0 : 1 + below(f, workers), &t);
+            } else if (op < 8 && n_live) {
+                /* the prefill took a while: a rate sample when it was long */
+                f->now += 0.02 + below(f, 1000) / 1000.0;
+                const char *id = live[below(f, (uint32_t)n_live)];
+                kvr_route_status sa = kvr_router_prefill_done(f->a.r, id);
+                assert_int_equal(sa, kvr_router_prefill_done(f->b.r, id));
+            } else if (op < 9 && n_live) {
+                size_t k = below(f, (uint32_t)n_live);
+                kvr_route_status sa = kvr_router_release(f->a.r, live[k]);
+                assert_int_equal(sa, kvr_router_release(f->b.r, live[k]));
+                memcpy(live[k], live[--n_live], sizeof live[k]);
+            } else {
+                f->now += below(f, 4000) / 1000.0; /* queues drain, bookings expire */
+            }
+        }
+        done(f);
+    }
+    /* The comparison saw what the class changes: random ties among idle
+     * candidates, idle picks and many distinct workers. */
+    size_t distinct = 0;
+    for (size_t i = 0; i < 128; i++)
+        distinct += t.picked[i] > 0;
+    assert_true(t.decisions > 3000);
+    assert_true(t.balanced > t.decisions / 10);
+    assert_true(t.idle_picks > t.decisions / 10);
+    assert_true(distinct > 60);
+}
+
+/* The idle class of a request of n tokens, as kvr_route builds it from the
+ * router's slots: member worker ids into ids, their count returned. */
+static size_t idle_members(side *sd, const uint32_t *tokens, size_t n, uint64_t *ids, size_t cap)
+{
+    kvr_query_request rq = rt_request(tokens, n, NULL, 0);
+    kvr_query_result q;
+    kvr_query_result_init(&q);
+    kvr_index *idx = NULL;
+    route_scratch *s = NULL;
+    assert_int_equal(route_query(sd->r, &rq, &q, &idx, &s), KVR_ROUTE_OK);
+    size_t ne = q.n_entries;
+    const route_slot **st = calloc(ne, sizeof *st);
+    route_slot *tmp = calloc(ne, sizeof *tmp);
+    uint32_t *split = calloc(3 * ne, sizeof *split);
+    assert_true(st && tmp && split);
+    pthread_mutex_lock(&sd->r->mu);
+    route_slots *slots = route_slots_for(&sd->r->bk, (uintptr_t)idx, s->rank_gen, s->rank_n);
+    assert_non_null(slots);
+    for (size_t i = 0; i < ne; i++)
+        st[i] = route_slot_get(&sd->r->bk, slots, s->entry_slot[i], (uintptr_t)idx,
+                               q.entries[i].worker_id, q.entries[i].dp_rank, &tmp[i]);
+    route_idle_split sp = {split, split + ne, SIZE_MAX, split + 2 * ne, 0};
+    route_idle_class(&q, st, s->entry_profile, &sp);
+    size_t m = sp.n_members < cap ? sp.n_members : cap;
+    for (size_t i = 0; i < m; i++)
+        ids[i] = q.entries[sp.members[i]].worker_id;
+    for (size_t i = 0; i < ne; i++) /* bound slots, as kvr_route reads them */
+        assert_true(st[i] != &tmp[i]);
+    pthread_mutex_unlock(&sd->r->mu);
+    free(st);
+    free(tmp);
+    free(split);
+    route_scratch_release(sd->r, s);
+    kvr_query_result_free(&q);
+    return sp.n_members;
+}
+
+static void expect_members(side *sd, const uint32_t *tokens, size_t n, const uint64_t *want,
+                           size_t n_want)
+{
+    uint64_t got[8];
+    size_t m = idle_members(sd, tokens, n, got, 8);
+    assert_int_equal(m, n_want);
+    for (size_t i = 0; i < n_want; i++)
+        assert_int_equal(got[i], want[i]);
+}
+
+static void test_class_follows_slot_changes(void **state)
+{
+    (void)state;
+    fx *f = make(7);
+    side *sd = &f->a;
+    /* worker 1 holds family 0 whole; 2..4 hold nothing */
+    for (uint64_t id = 1; id <= 4; id++) {
+        kvr_worker *w = register_worker(sd, id, 0);
+        if (id == 1) {
+            uint64_t t[FAMILY_TOKENS];
+            rt_widen(f->tokens[0], t, FAMILY_TOKENS);
+            rt_store(sd->ix, w, 0, BS, t, FAMILY_TOKENS, false, 1000000);
+        }
+    }
+    const uint32_t *cold = f->tokens[FAMILIES]; /* cached nowhere */
+    kvr_route_decision d = route_on(sd, cold, 300, NULL, 0, false); /* binds the slots */
+    const uint64_t all[] = {1, 2, 3, 4}, but1[] = {2, 3, 4}, but2[] = {1, 3, 4};
+    expect_members(sd, cold, 300, all, 4);
+    /* family 0 on worker 1 is wholly cached: its booking adds a load and
+     * no work. The load takes 1 out of the cold request's class ... */
+    d = route_on(sd, f->tokens[0], FAMILY_TOKENS, "whole", 1, false);
+    assert_int_equal(d.booked_prefill_tokens, 0);
+    expect_members(sd, cold, 300, but1, 3);
+    /* ... and its release brings it back (no recent work, no rate). */
+    assert_int_equal(kvr_router_release(sd->r, "whole"), KVR_ROUTE_OK);
+    expect_members(sd, cold, 300, all, 4);
+    /* Booked prefill is recent work: 2 stays out after its release. */
+    d = route_on(sd, cold, 300, "work", 2, false);
+    assert_true(d.booked_prefill_tokens > 0);
+    expect_members(sd, cold, 300, but2, 3);
+    assert_int_equal(kvr_router_release(sd->r, "work"), KVR_ROUTE_OK);
+    expect_members(sd, cold, 300, but2, 3);
+    done(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_class_picks_as_every_candidate),
+        cmocka_unit_test(test_class_follows_slot_changes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
