@@ -128,7 +128,10 @@ static void intern_del(kvr_osets *s, uint32_t id)
         intern_resize(s, s->intern_cap / 2);
 }
 
-static uint32_t create(kvr_osets *s, uint64_t hash, const uint32_t *e, uint32_t len)
+/* A new set of the entries e (sorted, len > 0), whose tier union and count
+ * of uncounted entries the caller worked out from the set it came from. */
+static uint32_t create(kvr_osets *s, uint64_t hash, const uint32_t *e, uint32_t len,
+                       uint32_t tiers, uint32_t uncounted)
 {
     if ((s->intern_len + 1) * 10 > s->intern_cap * 7 &&
         intern_resize(s, s->intern_cap ? s->intern_cap * 2 : INTERN_MIN) < 0)
@@ -151,13 +154,9 @@ static uint32_t create(kvr_osets *s, uint64_t hash, const uint32_t *e, uint32_t 
     o->hash = hash;
     o->len = len;
     o->ref = 0;
-    o->tiers = 0;
-    o->uncounted = 0;
+    o->tiers = tiers;
+    o->uncounted = uncounted;
     o->runs = 0;
-    for (uint32_t k = 0; k < len; k++) {
-        o->tiers |= e[k] & KVR_OSET_TIERS;
-        o->uncounted += !(e[k] & KVR_OSET_COUNTED);
-    }
     if (ext) {
         o->e.ext = ext;
         s->entry_bytes += (size_t)len * sizeof *ext;
@@ -213,6 +212,25 @@ int kvr_osets_reserve(kvr_osets *s, uint32_t max_len)
     return 0;
 }
 
+/* Whether entry e (0: none) is on no tier a match counts. */
+static uint32_t uncounted(uint32_t e) { return e && !(e & KVR_OSET_COUNTED); }
+
+/* The tier union of the set `from` with entry `gone` (0: none) replaced by
+ * `entry`: its union plus the new tiers, unless `gone` had a tier `entry`
+ * lacks (that tier may have been gone's alone: then the entries out[0..n)
+ * are read again). The union was a loop over every entry of each new set,
+ * 6 % of a replay with 1000 owners. */
+static uint32_t derived_tiers(const kvr_oset *from, const uint32_t *out, uint32_t n,
+                              uint32_t gone, uint32_t entry)
+{
+    if (!(gone & ~entry & KVR_OSET_TIERS))
+        return from->tiers | (entry & KVR_OSET_TIERS);
+    uint32_t tiers = 0;
+    for (uint32_t k = 0; k < n; k++)
+        tiers |= out[k] & KVR_OSET_TIERS;
+    return tiers;
+}
+
 static uint32_t memo_slot(uint32_t from, uint32_t owner, uint32_t entry)
 {
     uint64_t k = ((uint64_t)from << 32 | owner) ^ ((uint64_t)entry * 0x9E3779B97F4A7C15ULL);
@@ -254,7 +272,8 @@ uint32_t kvr_osets_apply(kvr_osets *s, uint32_t from, uint32_t owner, uint32_t e
         } else {
             to = intern_find(s, hash, out, n);
             if (!to) {
-                to = create(s, hash, out, n);
+                to = create(s, hash, out, n, derived_tiers(o, out, n, present ? e[i] : 0, entry),
+                            o->uncounted - uncounted(present ? e[i] : 0) + uncounted(entry));
                 if (to == UINT32_MAX)
                     return UINT32_MAX;
             }
