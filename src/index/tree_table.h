@@ -14,7 +14,7 @@
  * Used for the child table (runs by parent block and first local hash),
  * the engine table (blocks by their engine hash) and the per-owner tables
  * of exception handles. Sizing: kvr_idtab_fit_cap says what capacity a
- * table should have for a number of entries (grown at 4/5 load, halved
+ * table should have for a number of entries (doubled at 4/5 load, halved
  * below 1/8); a large table is rebuilt with kvr_idtab_rehash while readers
  * still use the old one, then swapped in with kvr_idtab_install. */
 #ifndef KVR_INDEX_TREE_TABLE_H
