@@ -322,6 +322,8 @@ void route_approx_stats(route_approxes *a, uint64_t *stores, uint64_t *blocks);
 
 /* ---- per-request scratch (router.c pool) --------------------------------- */
 
+#define KVR_ROUTE_WORKER_WORDS 64u /* 4,096 bits: 3 % false hits at 128 matched workers */
+
 typedef struct {
     uint64_t seed;
     bool eagle;
@@ -338,6 +340,10 @@ typedef struct {
     kvr_u64map by_worker;
     uint32_t *same_worker;
     size_t same_worker_cap;
+    /* A bit per hashed worker id of the matches: most workers of a large
+     * group match nothing, and this tells most of them so without the
+     * map lookup (route_profile_first_match). */
+    uint64_t worker_bits[KVR_ROUTE_WORKER_WORDS];
 } route_profile;
 
 typedef struct {
@@ -443,7 +449,13 @@ int route_build_profiles(route_scratch *s, size_t n_workers, const kvr_query_req
 /* Hashes and matches every profile once. -1 on out of memory. */
 /* The first match of worker_id in the profile, UINT32_MAX if none; the
  * others follow through pr->same_worker. */
-uint32_t route_profile_first_match(const route_profile *pr, uint64_t worker_id);
+static inline uint32_t route_profile_first_match(const route_profile *pr, uint64_t worker_id)
+{
+    uint64_t h = kvr_mix64(worker_id), i;
+    if (!(pr->worker_bits[h >> 6 & (KVR_ROUTE_WORKER_WORDS - 1)] >> (h & 63) & 1))
+        return UINT32_MAX;
+    return kvr_u64map_get(&pr->by_worker, worker_id, &i) ? (uint32_t)i : UINT32_MAX;
+}
 int route_match_profiles(route_scratch *s, kvr_index *idx, uint32_t block_size,
                          const kvr_query_request *req);
 /* Turns every profile's local hashes into chain hashes (SPEC §4), in place. */

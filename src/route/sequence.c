@@ -92,7 +92,14 @@ int route_build_profiles(route_scratch *s, size_t n_workers, const kvr_query_req
     s->n_profiles = 0;
     for (size_t w = 0; w < n_workers; w++) {
         const kvr_worker_caps *info = &s->caps[w];
-        route_profile key = {0};
+        /* the fields that tell profiles apart (a whole route_profile is
+         * half a KB to clear per worker) */
+        struct {
+            uint64_t seed;
+            bool eagle, vllm_ids;
+            kvr_seq_kind kind;
+            uint32_t n_tokens;
+        } key = {0};
         if (!req_lora && !has_salt)
             key.seed = info->lora_seed;
         else
@@ -158,6 +165,7 @@ static const uint32_t *padded_sequence(route_scratch *s, const kvr_query_request
 static int index_by_worker(route_profile *pr)
 {
     kvr_u64map_reset(&pr->by_worker);
+    memset(pr->worker_bits, 0, sizeof pr->worker_bits);
     size_t n = pr->n_matches;
     if (route_grow((void **)&pr->same_worker, &pr->same_worker_cap, n ? n : 1,
                    sizeof *pr->same_worker) < 0)
@@ -172,14 +180,10 @@ static int index_by_worker(route_profile *pr)
         pr->same_worker[i] = UINT32_MAX;
         if (kvr_u64map_put(&pr->by_worker, pr->matches[i].worker_id, i) < 0)
             return -1;
+        uint64_t h = kvr_mix64(pr->matches[i].worker_id);
+        pr->worker_bits[h >> 6 & (KVR_ROUTE_WORKER_WORDS - 1)] |= 1ull << (h & 63);
     }
     return 0;
-}
-
-uint32_t route_profile_first_match(const route_profile *pr, uint64_t worker_id)
-{
-    uint64_t i;
-    return kvr_u64map_get(&pr->by_worker, worker_id, &i) ? (uint32_t)i : UINT32_MAX;
 }
 
 int route_match_profiles(route_scratch *s, kvr_index *idx, uint32_t block_size,
