@@ -15,7 +15,7 @@
 static bool idle(const kvr_query_entry *e, const route_slot *st)
 {
     return !e->gpu_blocks && !e->cpu_blocks && !e->disk_blocks && !st->load &&
-           !(st->measured_tps > 0) && !(st->work > 0);
+           (!st->rate || (!(st->rate->work > 0) && !(route_rate_measured(st->rate) > 0)));
 }
 
 size_t route_idle_class(const kvr_query_result *q, const route_slot *const *st,

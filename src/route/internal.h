@@ -197,22 +197,22 @@ void route_rates_free(route_bookings *b);
 
 /* ---- per-(worker, rank) state slots (slots.c); caller holds kvr_router.mu -- */
 
-/* What a /route reads of every candidate: its load entry and its rate's
- * figures. Looked up by hash, that was two lookups and two cache misses a
+/* What a /route reads of every candidate: its load entry and its rate
+ * entry. Looked up by hash, that was two lookups and two cache misses a
  * candidate (~190 instructions; at 1000 workers a fifth of the request).
  * The rank cache (ranks.c) numbers each (worker, rank) of a group by its
  * position in its sorted table; the router keeps per group an array of
  * slots in that order, walked with the candidates. A slot holds its key
  * and is checked against it; it is bound on first use and re-read from the
- * maps whenever a load or a rate of its key is created, changed or freed,
- * so a stale position costs a lookup, never a wrong or freed state. */
+ * maps whenever a load or a rate of its key is created or freed (it points
+ * at both, so their changes need no refresh), so a stale position costs a
+ * lookup, never a wrong or freed state. */
 typedef struct {
     uint64_t worker_id;
     uint32_t dp_rank;
     bool bound;
-    route_load *load;     /* NULL: idle */
-    double measured_tps;  /* route_rate_measured */
-    double work, work_at; /* route_rate_recent_work's inputs */
+    route_load *load;       /* NULL: idle */
+    const route_rate *rate; /* NULL: never measured nor booked */
 } route_slot;
 
 typedef struct route_slots {
@@ -251,11 +251,9 @@ static inline const route_slot *route_slot_get(route_bookings *b, route_slots *t
     return route_slot_miss(b, t, pos, index, worker_id, dp_rank, tmp);
 }
 /* Re-reads the slot of (index, worker, rank), if bound, from the maps:
- * called by every change to a load's existence or a rate's figures. */
+ * called by every creation and every free of a load or a rate. */
 void route_slot_changed(route_bookings *b, uintptr_t index, uint64_t worker_id, uint32_t dp_rank);
 void route_slots_free(route_bookings *b);
-/* Decayed recent work of (work, work_at) at now. */
-double route_recent_work(double work, double work_at, double now);
 
 /* ---- route_filter.c ------------------------------------------------------ */
 

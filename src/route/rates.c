@@ -85,6 +85,7 @@ static route_rate *rate_get(route_bookings *b, uintptr_t index, uint64_t worker_
             return NULL;
         }
         b->n_rates++;
+        route_slot_changed(b, index, worker_id, dp_rank);
     }
     return rt;
 }
@@ -100,7 +101,6 @@ void route_rate_sample(route_bookings *b, uintptr_t index, uint64_t worker_id, u
     rt->samples++;
     rt->updated_at = now;
     b->rate_samples++;
-    route_slot_changed(b, index, worker_id, dp_rank);
 }
 
 void route_rate_decode_sample(route_bookings *b, uintptr_t index, uint64_t worker_id,
@@ -122,17 +122,12 @@ double route_rate_decode_spt(const route_rate *rt)
     return rt->decode_seconds / rt->decode_tokens;
 }
 
-double route_recent_work(double work, double work_at, double now)
-{
-    if (!(work > 0))
-        return 0;
-    double age = now > work_at ? now - work_at : 0;
-    return work * exp(-age / KVR_ROUTE_WORK_TAU_S);
-}
-
 double route_rate_recent_work(const route_rate *rt, double now)
 {
-    return rt ? route_recent_work(rt->work, rt->work_at, now) : 0;
+    if (!rt || !(rt->work > 0))
+        return 0;
+    double age = now > rt->work_at ? now - rt->work_at : 0;
+    return rt->work * exp(-age / KVR_ROUTE_WORK_TAU_S);
 }
 
 void route_rate_add_work(route_bookings *b, uintptr_t index, uint64_t worker_id,
@@ -144,7 +139,6 @@ void route_rate_add_work(route_bookings *b, uintptr_t index, uint64_t worker_id,
     rt->work = route_rate_recent_work(rt, now) + tokens;
     rt->work_at = now;
     rt->updated_at = now;
-    route_slot_changed(b, index, worker_id, dp_rank);
 }
 
 double route_rate_measured(const route_rate *rt)

@@ -187,8 +187,8 @@ static void fill_rates(kvr_router *r, const kvr_query_result *q, const route_slo
     for (size_t i = 0; i < n; i++) {
         const kvr_query_entry *e = &q->entries[at[i]];
         const route_slot *sl = st[at[i]];
-        c[i].prefill_tps = sl->measured_tps;
-        c[i].recent_work = route_recent_work(sl->work, sl->work_at, now);
+        c[i].prefill_tps = route_rate_measured(sl->rate);
+        c[i].recent_work = route_rate_recent_work(sl->rate, now);
         if (c[i].prefill_tps > 0) {
             sum += c[i].prefill_tps;
             measured++;

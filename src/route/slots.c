@@ -1,10 +1,10 @@
 /* Per-(worker, rank) state slots of a routing group (internal.h
  * route_slots): a /route reads every candidate's load and rate from an
  * array in the rank cache's order instead of two hash lookups each. The
- * maps (bookings.c loads, rates.c rates) stay the truth; a slot is a copy
- * checked against its key and refreshed by every change of its key's
- * entries (route_slot_changed), so it can be stale only in position, which
- * costs the lookups it saves. Caller holds kvr_router.mu throughout. */
+ * maps (bookings.c loads, rates.c rates) stay the truth; a slot points at
+ * its key's entries, is checked against its key and refreshed whenever one
+ * of them is created or freed (route_slot_changed), so it can be stale
+ * only in position, which costs the lookups it saves. Caller holds kvr_router.mu throughout. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,10 +47,7 @@ route_slots *route_slots_for(route_bookings *b, uintptr_t index, uint64_t gen, s
 static void slot_read(route_bookings *b, route_slot *sl, uintptr_t index)
 {
     sl->load = route_load_find(b, index, sl->worker_id, sl->dp_rank, false);
-    const route_rate *rt = route_rate_find(b, index, sl->worker_id, sl->dp_rank);
-    sl->measured_tps = route_rate_measured(rt);
-    sl->work = rt ? rt->work : 0;
-    sl->work_at = rt ? rt->work_at : 0;
+    sl->rate = route_rate_find(b, index, sl->worker_id, sl->dp_rank);
 }
 
 const route_slot *route_slot_miss(route_bookings *b, route_slots *t, uint32_t pos,
