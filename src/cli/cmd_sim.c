@@ -65,6 +65,15 @@ int kvr_cmd_sim(int argc, char **argv)
                 kvr_u64map_len(&wl.image_ids));
     }
 
+    if (opt.requests_out) {
+        if (!(cfg.requests_out = fopen(opt.requests_out, "w"))) {
+            fprintf(stderr, "kvrouter sim: cannot write %s: %s\n", opt.requests_out,
+                    strerror(errno));
+            rc = 1;
+            goto out;
+        }
+        fprintf(cfg.requests_out, "%s\n", KVR_SIM_REQUESTS_HEADER);
+    }
     kvr_sim_result res[KVR_SIM_POLICY_COUNT];
     memset(res, 0, sizeof res);
     for (int p = 0; p < KVR_SIM_POLICY_COUNT; p++) {
@@ -124,6 +133,10 @@ int kvr_cmd_sim(int argc, char **argv)
     }
     fflush(stdout);
 out:
+    if (cfg.requests_out && fclose(cfg.requests_out) != 0) {
+        fprintf(stderr, "kvrouter sim: cannot write %s: %s\n", opt.requests_out, strerror(errno));
+        rc = 1;
+    }
     kvr_sim_router_stop(router_pid);
     kvr_sim_workload_free(&wl);
     kvr_trace_free(&trace);

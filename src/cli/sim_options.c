@@ -136,6 +136,9 @@ static const kvr_option sim_rows[] = {
         "seed for random and multimodal choices, and the router's tie-breaks"),
     ROW("svg", KVR_OPT_STRING, svg, 0, 0, "FILE",
         "write a bar chart (hit rate, TTFT p99 per policy)"),
+    ROW("requests_out", KVR_OPT_STRING, requests_out, 0, 0, "FILE",
+        "write one line per request and policy (slot, prompt and reused tokens), to compare "
+        "policies request by request"),
     FLAG("json", json, "print one JSON object as the last line"),
     FLAG("diagnose", cfg.diagnose,
          "per policy, the best prefix any engine held at each routing moment, the best a "

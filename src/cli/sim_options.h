@@ -11,7 +11,7 @@
 
 typedef struct {
     kvr_sim_config cfg;
-    const char *trace, *svg;
+    const char *trace, *svg, *requests_out;
     uint64_t limit, skip;
     double mm_share;
     bool json, judge, quiet, no_kv_admission;

@@ -1,5 +1,6 @@
 #include "sim/sim.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -378,6 +379,9 @@ int kvr_sim_run(const kvr_sim_config *cfg, const kvr_sim_workload *wl, kvr_sim_p
         uint64_t uncached = prompt - reused;
         out->prompt_tokens += prompt;
         out->reused_tokens += reused;
+        if (cfg->requests_out)
+            fprintf(cfg->requests_out, "%s %zu %zu %" PRIu64 " %" PRIu64 " %zu %.3f\n",
+                    kvr_sim_policy_name(pol), i, slot, prompt, reused, s.req.n_items, t);
         out->gpu_reused_tokens += gpu_reused;
 
         uint64_t osl = tr->output_length;

@@ -59,10 +59,21 @@ typedef struct {
     const char *route_extra; /* extra JSON members for every /route body, e.g. "\"overlap_score_credit\":2" */
     FILE *log;              /* progress lines, or NULL */
     uint32_t *choices;      /* optional: the slot chosen for each request (tests) */
+    /* Optional: one line per request served, in KVR_SIM_REQUESTS_HEADER's
+     * columns, so two policies' runs can be compared request by request
+     * (which returning turns one kept in cache and the other lost). */
+    FILE *requests_out;
     bool diagnose;          /* sim/diagnose.h; `kvrouter sim --diagnose` */
 } kvr_sim_config;
 
 void kvr_sim_config_defaults(kvr_sim_config *c);
+
+/* kvr_sim_config.requests_out's columns: the policy, the request's position
+ * in the replayed slice, the slot it ran on (engine x dp + rank), its prompt
+ * and reused (GPU + host hit) tokens, its images, its arrival in trace
+ * seconds. */
+#define KVR_SIM_REQUESTS_HEADER "policy request slot prompt_tokens reused_tokens images time_s"
+
 
 /* Sums over requests, in prompt tokens (sim/diagnose.h). */
 typedef struct {

@@ -133,6 +133,58 @@ static void test_hit_and_ttft_accounting(void **state)
     free(m.trace.reqs);
 }
 
+/* requests_out: one line per request, whose slots are the choices and whose
+ * tokens add up to the run's totals. */
+static void test_requests_out_adds_up(void **state)
+{
+    (void)state;
+    mini_trace m;
+    double t[6] = {0, 0, 10, 10, 20, 20};
+    mini(&m, 6, t, NULL, 1000, true);
+    kvr_sim_workload wl;
+    assert_int_equal(kvr_sim_workload_init(&wl, &m.trace, 0, 1), 0);
+    kvr_sim_config c;
+    base_config(&c, 3);
+    uint32_t choices[6];
+    c.choices = choices;
+    char *buf = NULL;
+    size_t len = 0;
+    c.requests_out = open_memstream(&buf, &len);
+    assert_non_null(c.requests_out);
+    kvr_sim_result r;
+    char err[256];
+    assert_int_equal(kvr_sim_run(&c, &wl, KVR_SIM_ROUND_ROBIN, &r, err, sizeof err), 0);
+    assert_int_equal(fclose(c.requests_out), 0);
+    uint64_t prompt = 0, reused = 0;
+    size_t lines = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char pol[32];
+        size_t req, slot, images;
+        unsigned long long p, u;
+        double at;
+        assert_int_equal(sscanf(line, "%31s %zu %zu %llu %llu %zu %lf", pol, &req, &slot, &p,
+                                &u, &images, &at),
+                         7);
+        assert_string_equal(pol, "round_robin");
+        assert_int_equal(req, lines);
+        assert_int_equal(slot, choices[req]);
+        assert_int_equal(p, 1000);
+        assert_int_equal(images, 0);
+        assert_true(fabs(at - t[req] / 1000.0) < 1e-9);
+        prompt += p;
+        reused += u;
+        lines++;
+    }
+    assert_int_equal(lines, 6);
+    assert_int_equal(prompt, r.prompt_tokens);
+    assert_int_equal(reused, r.reused_tokens);
+    assert_true(reused > 0); /* the shared prefix comes back on each slot's second request */
+    free(buf);
+    kvr_sim_workload_free(&wl);
+    free(m.trace.reqs);
+}
+
 static void test_approx_tree_rules(void **state)
 {
     (void)state;
@@ -357,6 +409,7 @@ int main(void)
         cmocka_unit_test(test_least_loaded_picks_least_loaded),
         cmocka_unit_test(test_random_is_seeded),
         cmocka_unit_test(test_hit_and_ttft_accounting),
+        cmocka_unit_test(test_requests_out_adds_up),
         cmocka_unit_test(test_approx_tree_rules),
         cmocka_unit_test(test_oracle_bounds_baselines),
         cmocka_unit_test(test_kimi_share_spreads),

@@ -1,6 +1,7 @@
 /* `kvrouter sim` end to end through the built binary: small runs whose JSON
  * last line must parse, one of them routing through a real `kvrouter serve`
  * (started by the sim itself) over HTTP with events over ZeroMQ. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,13 +33,19 @@ static json_t *policy(json_t *root, const char *name, size_t requests)
     return p;
 }
 
+/* Creates an empty file from the mkstemp template path. */
+static void temp_file(char *path)
+{
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+}
+
 static void test_baselines_json_and_svg(void **state)
 {
     (void)state;
     char svg[] = "/tmp/kvr_sim_chart_XXXXXX";
-    int fd = mkstemp(svg);
-    assert_true(fd >= 0);
-    close(fd);
+    temp_file(svg);
     char args[256];
     snprintf(args, sizeof args,
              "--limit 50 --engines 4 --capacity 2048 --policies round_robin,oracle --json "
@@ -64,6 +71,58 @@ static void test_baselines_json_and_svg(void **state)
     assert_non_null(strstr(chart, "</svg>"));
     free(chart);
     unlink(svg);
+}
+
+/* --requests-out: a header, then a line per request and policy whose
+ * reused tokens give the policy's reported hit rate. */
+static void test_requests_out(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/kvr_sim_requests_XXXXXX";
+    temp_file(path);
+    char args[256];
+    snprintf(args, sizeof args,
+             "--limit 50 --engines 4 --capacity 2048 --policies round_robin,approx_tree --json "
+             "--quiet --requests-out %s",
+             path);
+    int st;
+    char *out = run(args, &st);
+    assert_int_equal(st, 0);
+    json_t *root = kvr_test_last_line_json(out);
+    size_t len;
+    char *text = kvr_test_read_file(path, &len);
+    assert_non_null(text);
+    const char *header = "policy request slot prompt_tokens reused_tokens images time_s\n";
+    assert_int_equal(strncmp(text, header, strlen(header)), 0);
+    const char *names[2] = {"round_robin", "approx_tree"};
+    double prompt[2] = {0, 0}, reused[2] = {0, 0};
+    size_t lines[2] = {0, 0};
+    /* The columns themselves are checked by test_sim's test_requests_out_adds_up. */
+    for (const char *line = text + strlen(header); *line;) {
+        char pol[32];
+        unsigned long long p, u;
+        assert_int_equal(sscanf(line, "%31s %*u %*u %llu %llu", pol, &p, &u), 3);
+        int k = strcmp(pol, names[0]) == 0 ? 0 : 1;
+        assert_string_equal(pol, names[k]);
+        assert_true(u <= p);
+        const char *nl = strchr(line, '\n');
+        assert_non_null(nl);
+        line = nl + 1;
+        prompt[k] += (double)p;
+        reused[k] += (double)u;
+        lines[k]++;
+    }
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(lines[k], 50);
+        json_t *pj = policy(root, names[k], 50);
+        /* the JSON prints 6 significant digits */
+        double hit = json_number_value(json_object_get(pj, "hit_rate"));
+        assert_true(reused[k] > 0 && fabs(reused[k] / prompt[k] - hit) <= 1e-5 * hit);
+    }
+    free(text);
+    json_decref(root);
+    free(out);
+    unlink(path);
 }
 
 static void test_bad_arguments(void **state)
@@ -135,6 +194,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_baselines_json_and_svg),
+        cmocka_unit_test(test_requests_out),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_kvrouter_end_to_end),
         cmocka_unit_test(test_kvrouter_vllm_dp_eagle),
