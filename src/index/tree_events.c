@@ -92,29 +92,31 @@ static size_t append(kvr_index *idx, uint32_t owner, uint32_t entry, uint32_t *c
          * is free */
         uint32_t r = KVR_RUNOF(idx, p);
         kvr_run *R = &KVR_RUN(idx, r);
-        size_t j0 = j;
+        uint32_t first = p + 1, want = n - j < UINT32_MAX ? (uint32_t)(n - j) : UINT32_MAX;
+        uint32_t got = want ? kvr_ids_take_range(&idx->block_ids, first, want) : 0, k = 0;
+        if (got && first + got > idx->n_bchunks * KVR_CHUNK && kvr_tree_sync_chunks(idx) < 0) {
+            kvr_ids_put_range(&idx->block_ids, first, got);
+            *oom = true;
+            got = 0;
+        }
         bool held = false;
-        while (j < n && kvr_ids_take(&idx->block_ids, p + 1)) {
-            b = p + 1;
-            if (b >= idx->n_bchunks * KVR_CHUNK && kvr_tree_sync_chunks(idx) < 0) {
-                kvr_ids_put(&idx->block_ids, b);
-                *oom = true;
-                break;
-            }
-            KVR_LOCAL(idx, b) = l[j];
-            KVR_ENGINE(idx, b) = e[j];
+        for (; k < got; k++) {
+            b = first + k;
+            KVR_LOCAL(idx, b) = l[j + k];
+            KVR_ENGINE(idx, b) = e[j + k];
             if (kvr_tree_engine_add(idx, owner, b) != KVR_NIL) {
-                kvr_ids_put(&idx->block_ids, b);
                 held = true;
                 break;
             }
             KVR_RUNOF(idx, b) = r;
-            R->len++;
-            p = b;
-            j++;
         }
-        idx->ownerships += j - j0;
-        idx->owners[owner].blocks += j - j0;
+        if (k < got) /* the owner holds block j + k's hash elsewhere */
+            kvr_ids_put_range(&idx->block_ids, first + k, got - k);
+        R->len += k;
+        p += k;
+        j += k;
+        idx->ownerships += k;
+        idx->owners[owner].blocks += k;
         if (*oom || held)
             break;
     }

@@ -81,26 +81,69 @@ uint32_t kvr_ids_get(kvr_ids *a)
     return w;
 }
 
-void kvr_ids_put(kvr_ids *a, uint32_t id)
+/* Bits [bit, bit + n) of leaf word w become set; when the word fills,
+ * the levels above learn it. */
+static void mark_bits(kvr_ids *a, uint32_t w, uint32_t bit, uint32_t n)
 {
-    if (!kvr_ids_used(a, id))
-        return;
-    uint32_t idx = id;
-    for (int l = 0; l < a->nlevels; l++) {
-        uint64_t *word = &a->bits[a->off[l] + idx / 64];
-        bool was_full = *word == ~0ULL;
-        *word &= ~(1ULL << (idx % 64));
-        if (!was_full)
-            break;
-        idx /= 64;
+    uint64_t *word = &a->bits[w];
+    *word |= (n == 64 ? ~0ULL : ((1ULL << n) - 1)) << bit;
+    for (int l = 1; l < a->nlevels && *word == ~0ULL; l++) {
+        word = &a->bits[a->off[l] + w / 64];
+        *word |= 1ULL << (w % 64);
+        w /= 64;
     }
-    a->count--;
+}
+
+/* Bits [bit, bit + n) of leaf word w become clear; a word that was full
+ * tells the levels above. */
+static void clear_bits(kvr_ids *a, uint32_t w, uint32_t bit, uint32_t n)
+{
+    uint64_t *word = &a->bits[w];
+    bool was_full = *word == ~0ULL;
+    *word &= ~((n == 64 ? ~0ULL : ((1ULL << n) - 1)) << bit);
+    for (int l = 1; l < a->nlevels && was_full; l++) {
+        word = &a->bits[a->off[l] + w / 64];
+        was_full = *word == ~0ULL;
+        *word &= ~(1ULL << (w % 64));
+        w /= 64;
+    }
+}
+
+uint32_t kvr_ids_take_range(kvr_ids *a, uint32_t id, uint32_t max)
+{
+    uint32_t n = 0;
+    while (n < max && id + n < a->cap) {
+        uint32_t x = id + n, w = x / 64, bit = x % 64;
+        /* free ids from bit on: the low set bits of ~word >> bit (bits
+         * past cap are marked used, so the run stops there) */
+        uint64_t free_run = ~a->bits[w] >> bit;
+        uint32_t run = ~free_run ? (uint32_t)__builtin_ctzll(~free_run) : 64;
+        if (run > 64 - bit)
+            run = 64 - bit;
+        if (run > max - n)
+            run = max - n;
+        if (!run)
+            break;
+        mark_bits(a, w, bit, run);
+        n += run;
+        if (bit + run < 64 && n < max)
+            break; /* stopped by a used id */
+    }
+    a->count += n;
+    if (n && id + n > a->top)
+        a->top = id + n;
+    return n;
+}
+
+/* After ids were freed: the new top, a word at a time, and a smaller
+ * bitmap when the top half is free. */
+static void after_put(kvr_ids *a, uint32_t id, uint32_t n)
+{
     if (a->count == 0) {
         kvr_ids_free(a);
         return;
     }
-    if (id + 1 == a->top) {
-        /* find the new highest used id, a word at a time */
+    if (id + n == a->top) {
         uint32_t w = (a->top - 1) / 64;
         uint64_t word = a->bits[w] & (a->top % 64 ? (1ULL << (a->top % 64)) - 1 : ~0ULL);
         while (word == 0)
@@ -111,4 +154,25 @@ void kvr_ids_put(kvr_ids *a, uint32_t id)
         uint32_t cap = (a->top + a->top / 4 + 63) / 64 * 64;
         rebuild(a, cap < MIN_CAP ? MIN_CAP : cap); /* on OOM keep the larger bitmap */
     }
+}
+
+void kvr_ids_put_range(kvr_ids *a, uint32_t id, uint32_t n)
+{
+    for (uint32_t x = id, end = id + n; x < end;) {
+        uint32_t bit = x % 64, run = 64 - bit < end - x ? 64 - bit : end - x;
+        clear_bits(a, x / 64, bit, run);
+        x += run;
+    }
+    a->count -= n;
+    if (n)
+        after_put(a, id, n);
+}
+
+void kvr_ids_put(kvr_ids *a, uint32_t id)
+{
+    if (!kvr_ids_used(a, id))
+        return;
+    clear_bits(a, id / 64, id % 64, 1);
+    a->count--;
+    after_put(a, id, 1);
 }

@@ -51,8 +51,15 @@ static inline bool kvr_ids_take(kvr_ids *a, uint32_t id)
         a->top = id + 1;
     return true;
 }
+/* Takes the free ids id, id + 1, ... below cap, at most max of them,
+ * stopping at the first used one; returns how many it took. A word of the
+ * bitmap at a time: a chain stored in one event takes its ids so. */
+uint32_t kvr_ids_take_range(kvr_ids *a, uint32_t id, uint32_t max);
 /* Frees id; may shrink cap when the top half is free. */
 void kvr_ids_put(kvr_ids *a, uint32_t id);
+/* Frees the ids [id, id + n), which must all be used, a word at a time
+ * (a reclaimed run frees its blocks so); may shrink cap as kvr_ids_put. */
+void kvr_ids_put_range(kvr_ids *a, uint32_t id, uint32_t n);
 size_t kvr_ids_bytes(const kvr_ids *a);
 
 #endif

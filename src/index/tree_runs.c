@@ -326,10 +326,9 @@ static void reclaim(kvr_index *idx, uint32_t top)
             set_unlink(idx, r);
             kvr_osets_unref(&idx->sets, R->set);
         }
-        for (uint32_t b = R->start; b < kvr_run_end(R); b++) {
+        for (uint32_t b = R->start; b < kvr_run_end(R); b++)
             kvr_tree_engine_del(idx, b);
-            kvr_ids_put(&idx->block_ids, b);
-        }
+        kvr_ids_put_range(&idx->block_ids, R->start, R->len);
         R->len = 0;
         kvr_ids_put(&idx->run_ids, r);
     }
