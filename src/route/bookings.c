@@ -213,6 +213,10 @@ static void unref_blocks(route_load *l, const uint64_t *chain, uint32_t n)
 static int64_t ref_blocks(route_load *l, const uint64_t *chain, uint32_t n)
 {
     int64_t added = 0;
+    /* A fresh load takes the whole chain: sized once rather than doubled
+     * through every size up to it (failing here leaves the puts to grow). */
+    if (kvr_u64map_len(&l->held) == 0)
+        (void)kvr_u64map_reserve(&l->held, n);
     for (uint32_t i = 0; i < n; i++) {
         uint64_t *cnt = kvr_u64map_find(&l->held, chain[i]);
         if (cnt) {
@@ -369,7 +373,12 @@ static void booking_remove(route_bookings *b, route_booking *bk, double now)
         pending_unlink(l, bk, now);
     } else
         l->decode_context -= bk->context;
-    unref_blocks(l, bk->chain, bk->n_chain);
+    /* The last booking holds every reference left, and the load goes with
+     * it (load_drop_if_idle below): no block-by-block release. */
+    if (l->bookings)
+        unref_blocks(l, bk->chain, bk->n_chain);
+    else
+        kvr_u64map_clear(&l->held);
     l->unique_blocks -= bk->unique_blocks;
     b->n_refs -= bk->n_chain;
 

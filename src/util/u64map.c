@@ -89,6 +89,16 @@ static int resize(kvr_u64map *m, size_t new_cap)
     return 0;
 }
 
+int kvr_u64map_reserve(kvr_u64map *m, size_t n)
+{
+    if (n == 0)
+        return 0;
+    size_t cap = m->cap ? m->cap : MIN_CAP;
+    while (n * 4 > cap * 3) /* put's load bound */
+        cap *= 2;
+    return cap == m->cap ? 0 : resize(m, cap);
+}
+
 int kvr_u64map_put(kvr_u64map *m, uint64_t key, uint64_t val)
 {
     if (key == 0) {

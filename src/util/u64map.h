@@ -50,6 +50,9 @@ static inline bool kvr_u64map_get(const kvr_u64map *m, uint64_t key, uint64_t *v
         *val = *p;
     return p != NULL;
 }
+/* Grows the map so that n entries fit without another growth; 0, or -1
+ * on OOM (the map unchanged). */
+int kvr_u64map_reserve(kvr_u64map *m, size_t n);
 /* Inserts or overwrites. Returns 1 if the key existed, 0 if added, -1 on OOM. */
 int kvr_u64map_put(kvr_u64map *m, uint64_t key, uint64_t val);
 /* Removes key; returns whether it was present (old value in *val). */

@@ -92,12 +92,37 @@ static void test_reset_keeps_memory_and_forgets_keys(void **state)
     kvr_u64map_free(&m);
 }
 
+/* A reserved map takes n entries without growing, and keeps what it held. */
+static void test_reserve_fits_without_growing(void **state)
+{
+    (void)state;
+    kvr_u64map m;
+    kvr_u64map_init(&m);
+    assert_int_equal(kvr_u64map_reserve(&m, 0), 0);
+    assert_int_equal(kvr_u64map_bytes(&m), 0);
+    assert_int_equal(kvr_u64map_put(&m, 5, 50), 0);
+    assert_int_equal(kvr_u64map_reserve(&m, 125), 0);
+    size_t bytes = kvr_u64map_bytes(&m);
+    assert_int_equal(bytes, 256 * sizeof(kvr_u64map_slot)); /* 125 fit at load 3/4 */
+    uint64_t v = 0;
+    assert_true(kvr_u64map_get(&m, 5, &v));
+    assert_int_equal(v, 50);
+    for (uint64_t k = 1; k < 125; k++)
+        assert_int_equal(kvr_u64map_put(&m, 1000 + k, k), 0);
+    assert_int_equal(kvr_u64map_len(&m), 125);
+    assert_int_equal(kvr_u64map_bytes(&m), bytes);
+    assert_int_equal(kvr_u64map_reserve(&m, 10), 0); /* never shrinks */
+    assert_int_equal(kvr_u64map_bytes(&m), bytes);
+    kvr_u64map_free(&m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_churn),
         cmocka_unit_test(test_drains_to_zero_bytes),
         cmocka_unit_test(test_reset_keeps_memory_and_forgets_keys),
+        cmocka_unit_test(test_reserve_fits_without_growing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
