@@ -100,11 +100,15 @@ static size_t append(kvr_index *idx, uint32_t owner, uint32_t entry, uint32_t *c
             got = 0;
         }
         bool held = false;
+        if (got)
+            kvr_tree_engine_room(idx, got);
+        bool exc = idx->owners[owner].exc.len != 0;
         for (; k < got; k++) {
             b = first + k;
             KVR_LOCAL(idx, b) = l[j + k];
             KVR_ENGINE(idx, b) = e[j + k];
-            if (kvr_tree_engine_add(idx, owner, b) != KVR_NIL) {
+            if ((exc && kvr_tree_exc_find(idx, owner, e[j + k], kvr_engine_fp(e[j + k]))) ||
+                kvr_tree_engine_put(idx, owner, b) != KVR_NIL) {
                 held = true;
                 break;
             }

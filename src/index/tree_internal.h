@@ -256,18 +256,16 @@ static inline bool kvr_tree_holds_plain(const struct kvr_index *idx, uint32_t ow
 /* Adds block b (its engine hash set), which the owner is about to hold
  * under that hash, to the engine table, unless the owner already calls
  * another block so: then returns that block and adds nothing. Inline: a
- * store adds every new block, and the call was a third of its cost. */
-static inline __attribute__((always_inline)) uint32_t kvr_tree_engine_add(struct kvr_index *idx,
+ * store adds every new block, and the call was a third of its cost.
+ * kvr_tree_engine_put is the same for a table that has room (made once
+ * for a chain of blocks, kvr_tree_engine_room) and an owner without
+ * exception handles (which a chain's blocks do not change). */
+static inline __attribute__((always_inline)) uint32_t kvr_tree_engine_put(struct kvr_index *idx,
                                                                        uint32_t owner, uint32_t b)
 {
     uint64_t e = KVR_ENGINE(idx, b);
     uint32_t fp = kvr_engine_fp(e);
-    uint32_t x = kvr_tree_exc_find(idx, owner, e, fp);
-    if (x)
-        return x;
     kvr_idtab *t = &idx->engine;
-    if (kvr_idtab_room(t) < 0)
-        abort(); /* an ownership without its handle could never be removed */
     /* one walk: the owner's block under e if it has one, other blocks with
      * creator hash e, and the empty slot the new entry goes to */
     bool other = false;
@@ -283,6 +281,23 @@ static inline __attribute__((always_inline)) uint32_t kvr_tree_engine_add(struct
     idx->engine_dups += other;
     kvr_idtab_put_at(t, kvr_idtab_slot(fp, b), i);
     return KVR_NIL;
+}
+/* Room in the engine table for n more blocks. */
+static inline void kvr_tree_engine_room(struct kvr_index *idx, uint32_t n)
+{
+    kvr_idtab *t = &idx->engine;
+    if (kvr_idtab_overfull((uint64_t)t->len + n, t->cap) && kvr_idtab_reserve(t, n) < 0)
+        abort(); /* an ownership without its handle could never be removed */
+}
+static inline __attribute__((always_inline)) uint32_t kvr_tree_engine_add(struct kvr_index *idx,
+                                                                       uint32_t owner, uint32_t b)
+{
+    uint64_t e = KVR_ENGINE(idx, b);
+    uint32_t x = kvr_tree_exc_find(idx, owner, e, kvr_engine_fp(e));
+    if (x)
+        return x;
+    kvr_tree_engine_room(idx, 1);
+    return kvr_tree_engine_put(idx, owner, b);
 }
 /* Takes block b out of the engine table. */
 static inline __attribute__((always_inline)) void kvr_tree_engine_del(struct kvr_index *idx,
