@@ -250,7 +250,8 @@ kvr_drop_reason kvr_index_store(kvr_index *idx, kvr_owner owner, kvr_tier tier, 
  * run, where the owner has `entry` and gets `to`. */
 typedef struct {
     uint32_t lo, n, run, entry, to;
-    bool empties; /* the range loses its last owner: its subtree goes */
+    uint32_t start; /* the run's first block (no change until the flush) */
+    bool empties;   /* the range loses its last owner: its subtree goes */
 } pending;
 
 /* Applies the range; returns how many removals count as unknown (all of
@@ -284,7 +285,7 @@ size_t kvr_index_remove_locked(kvr_index *idx, kvr_owner owner, kvr_tier tier,
          * range in its run: the owner calls it by its creator hash (the
          * run's entry is no exception), so that is the one block it names
          * so, found without a lookup. */
-        if (g.n && g.lo > KVR_RUN(idx, g.run).start && !(g.entry & KVR_OSET_EXC) &&
+        if (g.n && g.lo > g.start && !(g.entry & KVR_OSET_EXC) &&
             KVR_ENGINE(idx, g.lo - 1) == engine_hashes[i]) {
             g.lo--;
             g.n++;
@@ -321,8 +322,9 @@ size_t kvr_index_remove_locked(kvr_index *idx, kvr_owner owner, kvr_tier tier,
             continue;
         }
         uint32_t to = entry & ~bit;
-        g = (pending){b, 1, r, entry, to & KVR_OSET_TIERS ? to : 0, false};
-        g.empties = !g.to && kvr_osets_get(&idx->sets, KVR_RUN(idx, r).set)->len == 1;
+        const kvr_run *R = &KVR_RUN(idx, r);
+        g = (pending){b, 1, r, entry, to & KVR_OSET_TIERS ? to : 0, R->start, false};
+        g.empties = !g.to && kvr_osets_get(&idx->sets, R->set)->len == 1;
     }
     if (g.n)
         unknown += flush(idx, owner, &g);
