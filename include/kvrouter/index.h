@@ -81,6 +81,8 @@ typedef struct {
     uint64_t waits;      /* matches that had to wait for a writer */
     uint64_t wait_ns;    /* total time spent waiting */
     uint64_t max_wait_ns;
+    uint64_t max_wait_end_ns; /* when that wait ended (kvr_index_now_ns), to line it up with
+                               * what the writer was doing then */
 } kvr_match_ctx_stats;
 void kvr_match_ctx_stats_get(const kvr_match_ctx *ctx, kvr_match_ctx_stats *out);
 

@@ -105,6 +105,20 @@ typedef struct {
      * waits as long as the writer is off the CPU */
     uint64_t writer_preemptions;
     double writer_sys_seconds;
+    /* the writer's time runnable without a CPU over the ingest, and the
+     * longest reader wait lined up with both threads' scheduler logs
+     * (sched_log.h): over the sampled span around it (span_us, at least the
+     * wait), the writer's time on its CPU and queued for one; of the wait
+     * itself, at least writer_queued_min_us the writer was queued for a
+     * core, and at least reader_queued_min_us the reader (woken, not yet
+     * running). Not known without /proc/thread-self/schedstat or when no
+     * reader waited. */
+    double writer_queued_s;
+    struct {
+        bool known;
+        double span_us, writer_run_us, writer_queued_us;
+        double writer_queued_min_us, reader_queued_min_us;
+    } wait_why;
     /* the longest event in thread CPU time, from an untimed replay of the
      * events alone (a clock read costs ~0.6 us here, too much for the timed
      * runs), apart from events that rebuilt a large table under a read lock

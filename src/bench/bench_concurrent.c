@@ -3,6 +3,7 @@
  * matches), while the others match in a loop; reports both rates and how
  * long readers waited for the writer. */
 #include "bench/bench.h"
+#include "bench/sched_log.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -22,7 +23,11 @@ typedef struct {
     atomic_bool *done;
     kvr_match_ctx_stats wait;
     double seconds;
+    kvr_sched_log sched;
 } reader_arg;
+
+/* A scheduler sample every 100 us at most: ~2 % of a thread's time. */
+#define SCHED_EVERY_NS 100000u
 
 static void *reader_main(void *p)
 {
@@ -30,6 +35,7 @@ static void *reader_main(void *p)
     kvr_match_ctx *ctx = kvr_match_ctx_create();
     if (!ctx)
         return NULL;
+    kvr_sched_log_open(&a->sched, SCHED_EVERY_NS, kvr_index_now_ns());
     /* Keep matching (cycling through this reader's share of the requests)
      * for as long as the writer ingests, so the rates overlap in time. */
     double t0 = kvr_clock_seconds(CLOCK_MONOTONIC);
@@ -43,14 +49,17 @@ static void *reader_main(void *p)
             if (op->kind != KVR_BOP_MATCH || seen++ % a->step != a->first)
                 continue;
             const kvr_match_entry *res;
-            double b = kvr_clock_seconds(CLOCK_MONOTONIC);
+            uint64_t b = kvr_index_now_ns();
             kvr_index_match(a->idx, ctx, a->s->pool + op->off, op->n, &res);
-            a->lat[a->nlat++ % a->cap] = kvr_clock_seconds(CLOCK_MONOTONIC) - b;
+            uint64_t e = kvr_index_now_ns();
+            a->lat[a->nlat++ % a->cap] = (double)(e - b) / 1e9;
+            kvr_sched_log_take(&a->sched, e, 0);
             any = true;
         }
         pass++;
     } while (any && !atomic_load(a->done));
     a->seconds = kvr_clock_seconds(CLOCK_MONOTONIC) - t0;
+    kvr_sched_log_take(&a->sched, kvr_index_now_ns(), 1);
     kvr_match_ctx_stats_get(ctx, &a->wait);
     kvr_match_ctx_destroy(ctx);
     return NULL;
@@ -118,6 +127,37 @@ static int longest_event_cpu(const kvr_bench_stream *s, kvr_bench_result *r)
     return 0;
 }
 
+/* Of a wait of wait_ns inside the span, the queued time that must have
+ * fallen within the wait (all of the span outside it could have been). */
+static double queued_within(const kvr_sched_span *sp, uint64_t wait_ns)
+{
+    uint64_t outside = sp->to_ns - sp->from_ns - wait_ns;
+    return sp->queued_ns > outside ? (double)(sp->queued_ns - outside) / 1e3 : 0;
+}
+
+/* Lines the longest reader wait up with both threads' scheduler logs. */
+static void explain_longest_wait(const reader_arg *ra, int nr, const kvr_sched_log *writer,
+                                 kvr_bench_result *r)
+{
+    memset(&r->wait_why, 0, sizeof r->wait_why);
+    const reader_arg *w = NULL;
+    for (int t = 0; t < nr; t++)
+        if (ra[t].wait.max_wait_ns && (!w || ra[t].wait.max_wait_ns > w->wait.max_wait_ns))
+            w = &ra[t];
+    if (!w)
+        return;
+    uint64_t to = w->wait.max_wait_end_ns, from = to - w->wait.max_wait_ns;
+    kvr_sched_span ws, rs;
+    if (!kvr_sched_log_span(writer, from, to, &ws) || !kvr_sched_log_span(&w->sched, from, to, &rs))
+        return;
+    r->wait_why.known = true;
+    r->wait_why.span_us = (double)(ws.to_ns - ws.from_ns) / 1e3;
+    r->wait_why.writer_run_us = (double)ws.run_ns / 1e3;
+    r->wait_why.writer_queued_us = (double)ws.queued_ns / 1e3;
+    r->wait_why.writer_queued_min_us = queued_within(&ws, to - from);
+    r->wait_why.reader_queued_min_us = queued_within(&rs, to - from);
+}
+
 int kvr_bench_replay_concurrent(const kvr_bench_stream *s, int threads, kvr_bench_result *r)
 {
     r->threads = threads;
@@ -136,7 +176,7 @@ int kvr_bench_replay_concurrent(const kvr_bench_stream *s, int threads, kvr_benc
     atomic_init(&done, false);
     size_t cap = s->n ? s->n : 1;
     for (int t = 0; t < nr; t++) {
-        ra[t] = (reader_arg){s, idx, (size_t)t, (size_t)nr, NULL, 0, cap, &done, {0}, 0};
+        ra[t] = (reader_arg){s, idx, (size_t)t, (size_t)nr, NULL, 0, cap, &done, {0}, 0, {.fd = -1}};
         ra[t].lat = malloc(cap * sizeof(double));
         if (!ra[t].lat || pthread_create(&th[t], NULL, reader_main, &ra[t]) != 0)
             break;
@@ -151,17 +191,22 @@ int kvr_bench_replay_concurrent(const kvr_bench_stream *s, int threads, kvr_benc
     getrusage(RUSAGE_THREAD, &u0);
     memset(r->writer_longest, 0, sizeof r->writer_longest);
     r->writer_events_over_1ms = 0;
+    kvr_sched_log wlog;
+    kvr_sched_log_open(&wlog, SCHED_EVERY_NS, kvr_index_now_ns());
     kvr_index_write_begin(idx);
     uint64_t slice = kvr_index_now_ns();
     for (size_t i = 0; i < s->n; i++)
         if (s->ops[i].kind != KVR_BOP_MATCH) {
             uint64_t a = kvr_index_now_ns();
             kvr_bench_apply_event(idx, s, &s->ops[i], owners[i], true, &scratch);
-            note_event(r, s, i, (double)(kvr_index_now_ns() - a) / 1e3);
+            uint64_t e = kvr_index_now_ns();
+            note_event(r, s, i, (double)(e - a) / 1e3);
+            kvr_sched_log_take(&wlog, e, 0);
             events++;
             kvr_index_write_yield(idx, &slice);
         }
     kvr_index_write_end(idx);
+    kvr_sched_log_take(&wlog, kvr_index_now_ns(), 1);
     double ingest = kvr_clock_seconds(CLOCK_MONOTONIC) - t0;
     getrusage(RUSAGE_THREAD, &u1);
     r->writer_page_faults = (uint64_t)(u1.ru_minflt - u0.ru_minflt);
@@ -190,6 +235,10 @@ int kvr_bench_replay_concurrent(const kvr_bench_stream *s, int threads, kvr_benc
             r->reader_wait_max_us = (double)ra[t].wait.max_wait_ns / 1e3;
     }
     r->conc_seconds = kvr_clock_seconds(CLOCK_MONOTONIC) - t0;
+    explain_longest_wait(ra, started, &wlog, r);
+    r->writer_queued_s =
+        wlog.n ? (double)(wlog.v[wlog.n - 1].queued_ns - wlog.v[0].queued_ns) / 1e9 : 0;
+    kvr_sched_log_close(&wlog);
     r->conc_events_per_s = ingest > 0 ? (double)events / ingest : 0;
     r->conc_matches_per_s = reader_s > 0 ? (double)matches / reader_s : 0;
     r->conc_match_p50_us = kvr_bench_percentile(lat, nl, 0.50) * 1e6;
@@ -197,8 +246,11 @@ int kvr_bench_replay_concurrent(const kvr_bench_stream *s, int threads, kvr_benc
     rc = started == nr && longest_event_cpu(s, r) == 0 ? 0 : -1;
 out:
     if (ra)
-        for (int t = 0; t < nr; t++)
+        for (int t = 0; t < nr; t++) {
             free(ra[t].lat);
+            if (t < started) /* the others never opened theirs */
+                kvr_sched_log_close(&ra[t].sched);
+        }
     free(ra);
     free(th);
     free(lat);

@@ -227,6 +227,13 @@ int kvr_cmd_bench(int argc, char **argv)
             printf(" %.0f us (%s of %" PRIu32 ", op %zu)", r.writer_longest[k].us,
                    kinds[r.writer_longest[k].kind & 3], r.writer_longest[k].n,
                    r.writer_longest[k].op);
+        printf("\n            the writer waited %.3f s for a core in all", r.writer_queued_s);
+        if (r.wait_why.known)
+            printf("; over the %.0f us sampled around the longest wait it ran %.0f us and "
+                   "waited %.0f us for a core: of the wait, at least %.0f us the writer off its "
+                   "core, %.0f us the reader woken but off its own",
+                   r.wait_why.span_us, r.wait_why.writer_run_us, r.wait_why.writer_queued_us,
+                   r.wait_why.writer_queued_min_us, r.wait_why.reader_queued_min_us);
         printf("\n            events alone, thread CPU time: longest %.0f us (%s of %" PRIu32
                ", op %zu); %" PRIu64 " table rebuilds under a read lock, longest %.0f us\n",
                r.event_cpu_max.us, kinds[r.event_cpu_max.kind & 3], r.event_cpu_max.n,
@@ -265,11 +272,14 @@ int kvr_cmd_bench(int argc, char **argv)
                "\"reader_waits\": %" PRIu64 ", \"reader_wait_max_us\": %.1f, "
                "\"writer_longest_event_us\": %.1f, \"writer_events_over_1ms\": %" PRIu64
                ", \"writer_preemptions\": %" PRIu64 ", \"event_cpu_max_us\": %.1f"
-               ", \"rebuild_cpu_max_us\": %.1f",
+               ", \"rebuild_cpu_max_us\": %.1f, \"writer_queued_s\": %.3f"
+               ", \"reader_wait_max_writer_run_us\": %.1f"
+               ", \"reader_wait_max_writer_queued_min_us\": %.1f",
                r.threads, r.conc_events_per_s, r.conc_matches_per_s, r.conc_match_p99_us,
                r.reader_waits, r.reader_wait_max_us, r.writer_longest[0].us,
                r.writer_events_over_1ms, r.writer_preemptions, r.event_cpu_max.us,
-               r.rebuild_cpu_max_us);
+               r.rebuild_cpu_max_us, r.writer_queued_s, r.wait_why.writer_run_us,
+               r.wait_why.writer_queued_min_us);
     if (pipeline)
         printf(", \"pipeline_events_per_s\": %.0f, \"pipeline_blocks_per_s\": %.0f, "
                "\"pipeline_events_per_cpu_s\": %.0f, \"pipeline_blocks_per_cpu_s\": %.0f, "

@@ -62,11 +62,13 @@ static void read_lock(kvr_index *idx, kvr_match_ctx *ctx)
     atomic_fetch_add(&idx->readers_waiting, 1);
     pthread_rwlock_rdlock(&idx->lock);
     atomic_fetch_sub(&idx->readers_waiting, 1);
-    uint64_t dt = kvr_index_now_ns() - t0;
+    uint64_t t1 = kvr_index_now_ns(), dt = t1 - t0;
     ctx->stats.waits++;
     ctx->stats.wait_ns += dt;
-    if (dt > ctx->stats.max_wait_ns)
+    if (dt > ctx->stats.max_wait_ns) {
         ctx->stats.max_wait_ns = dt;
+        ctx->stats.max_wait_end_ns = t1;
+    }
 }
 
 kvr_match_ctx *kvr_match_ctx_create(void) { return calloc(1, sizeof(kvr_match_ctx)); }

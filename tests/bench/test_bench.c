@@ -265,6 +265,14 @@ static void test_concurrent_replay_reports_both_rates(void **state)
     assert_true(r.event_cpu_max.op < s.n);
     assert_int_not_equal(s.ops[r.event_cpu_max.op].kind, KVR_BOP_MATCH);
     assert_int_equal(r.event_cpu_max.n, s.ops[r.event_cpu_max.op].n);
+    /* the longest wait, if any, is lined up with the scheduler logs: the
+     * span sampled around it holds it, and what fell within it fits */
+    if (r.reader_waits) {
+        assert_true(r.wait_why.known);
+        assert_true(r.wait_why.span_us + 0.001 >= r.reader_wait_max_us);
+        assert_true(r.wait_why.writer_queued_min_us <= r.reader_wait_max_us + 0.001);
+        assert_true(r.wait_why.writer_queued_min_us <= r.wait_why.writer_queued_us);
+    }
     kvr_bench_stream_free(&s);
 }
 

@@ -1,8 +1,10 @@
 /* Prefix index semantics (SPEC §6), one rule per test. */
 #include "test_support.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kvrouter/index.h"
 
@@ -545,11 +547,45 @@ static void test_large_tables_rebuilt_under_read_lock(void **state)
     assert_int_equal(st.nodes, 0);
 }
 
+static void *match_once(void *p)
+{
+    fx *f = p;
+    uint64_t l = 1;
+    const kvr_match_entry *out;
+    kvr_index_match(f->idx, f->ctx, &l, 1, &out);
+    return NULL;
+}
+
+/* A match that had to wait for the writer tells when its wait ended (the
+ * bench lines it up with what the writer was doing): after the writer let
+ * go, before the match returned, and it began before the writer let go. */
+static void test_match_wait_tells_when_it_ended(void **state)
+{
+    fx *f = *state;
+    kvr_index_write_begin(f->idx);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, match_once, f), 0);
+    /* the writer is due to let a match in once one waits */
+    for (int i = 0; i < 30000 && !kvr_index_write_yield_due(f->idx, 0); i++)
+        usleep(1000);
+    uint64_t released = kvr_index_now_ns();
+    kvr_index_write_end(f->idx);
+    pthread_join(t, NULL);
+    uint64_t returned = kvr_index_now_ns();
+    kvr_match_ctx_stats st;
+    kvr_match_ctx_stats_get(f->ctx, &st);
+    assert_int_equal(st.waits, 1);
+    assert_true(st.max_wait_end_ns >= released);
+    assert_true(st.max_wait_end_ns <= returned);
+    assert_true(st.max_wait_end_ns - st.max_wait_ns <= released);
+}
+
 int main(void)
 {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_owner_ids),
+        T(test_match_wait_tells_when_it_ended),
         T(test_store_and_match_prefix),
         T(test_unknown_parent_applies_nothing),
         T(test_unknown_removal_counted),
