@@ -47,7 +47,7 @@ asan-test: deps
 # the uninstrumented libzmq are suppressed (tests/tsan.supp), nothing else.
 TSAN_TESTS := test_indexer_concurrency test_tree_model test_source test_registry \
               test_route_select test_route_options test_server_ingest test_source_faults test_http_limits \
-              test_auth test_discovery test_cluster_replicas test_descriptors test_memory_trim
+              test_auth test_discovery test_cluster_bookings test_cluster_replicas test_descriptors test_memory_trim
 TSAN_BUILD ?= build-tsan
 empty :=
 space := $(empty) $(empty)

@@ -26,12 +26,12 @@ ticks() { awk '{print $14 + $15}' /proc/$1/stat; }
 HZ=$(getconf CLK_TCK)
 for r in $(seq "$ROUNDS"); do
     echo "== round $r: without NATS"
-    "$HERE/route_bench.sh" "$BUILD" "$SECS" "$CONN" | grep -E "Requests/sec|server CPU|context switches|Latency  "
+    "$HERE/route_bench.sh" "$BUILD" "$SECS" "$CONN" | grep -E "Requests/sec|server CPU|context switches|switches per request|Latency  "
     echo "== round $r: with --nats (replica B reading the bookings)"
     N0=$(ticks $NATS); B0=$(ticks $B)
     ROUTE_BENCH_SERVE_ARGS="--nats nats://127.0.0.1:$NPORT --cluster bench --cluster-url http://127.0.0.1:$PORT" \
         "$HERE/route_bench.sh" "$BUILD" "$SECS" "$CONN" | tee "$DIR/nats.out" |
-        grep -E "Requests/sec|server CPU|context switches|Latency  "
+        grep -E "Requests/sec|server CPU|context switches|switches per request|Latency  "
     N=$(awk '/requests in/ {print $1}' "$DIR/nats.out")
     awk -v n="$N" -v hz="$HZ" -v s="$(( $(ticks $NATS) - N0 ))" -v b="$(( $(ticks $B) - B0 ))" \
         'BEGIN { printf "nats-server CPU: %.1f us/request; replica B CPU: %.1f us/request\n", s / hz / n * 1e6, b / hz / n * 1e6 }'

@@ -25,9 +25,12 @@
  * - Bookings: memory stream KVR_<cluster>_BOOKINGS (subject
  *   kvr.<cluster>.bookings, MaxAge = booking_ttl_s, MaxBytes =
  *   stream_max_bytes). The router's booking hook (route.h) queues this
- *   replica's changes; a flusher publishes them in batches of at most
- *   batch_max_events events, at most one batch per batch_max_delay_us
- *   counted from the last one (a change after a quiet spell goes at once).
+ *   replica's changes in batches of at most batch_max_events events; the
+ *   booking thread publishes a batch its change completed
+ *   (kvr_cluster_publish_due), about one per batch_max_delay_us under load
+ *   (a change after a quiet spell goes at once), and a flusher publishes a
+ *   batch no change completed once its first event is batch_max_delay_us
+ *   old.
  *   An ordered consumer reads every batch from the start of the stream
  *   (so a starting replica begins with the fleet's load) and hands the
  *   other replicas' events to kvr_router_apply_peer. A batch this process
@@ -46,7 +49,8 @@
  * connection-event callbacks); a watch thread that reads the registrations
  * bucket and applies it; a control thread that connects the buckets and the
  * stream, writes registrations, heartbeats membership and handles
- * reconnections; a flusher that publishes booking batches. See
+ * reconnections; a flusher that publishes the booking batches no booking
+ * thread published (kvr_cluster_publish_due). See
  * src/cluster/cluster_internal.h for the locks. */
 #ifndef KVROUTER_CLUSTER_H
 #define KVROUTER_CLUSTER_H
@@ -126,6 +130,15 @@ kvr_cluster *kvr_cluster_start(const kvr_cluster_config *cfg, kvr_registry *regi
  * registry, closes the connection. NULL is a no-op. */
 void kvr_cluster_stop(kvr_cluster *c);
 
+/* For the thread that just called kvr_route, kvr_router_prefill_done* or
+ * kvr_router_release, once it returned: publishes the booking batches its
+ * change sealed, from this thread, so that under load no other thread is
+ * woken to publish them (a batch no booking seals goes from the flusher
+ * after batch_max_delay_us). Returns at once when nothing is sealed or
+ * another thread is publishing (which then publishes these too). NULL is a
+ * no-op. */
+void kvr_cluster_publish_due(kvr_cluster *c);
+
 /* Puts this replica's membership record now rather than at the next
  * heartbeat: its readiness changed (the server calls it once it listens). */
 void kvr_cluster_refresh(kvr_cluster *c);
@@ -165,6 +178,10 @@ const char *kvr_cluster_conn_name(kvr_cluster_conn s);
     X(bookings_published, COUNTER, "booking events published")                             \
     X(batches_published, COUNTER, "booking batches published")                             \
     X(publish_failures, COUNTER, "booking events not published (NATS down, client error)")  \
+    X(flusher_batches, COUNTER, "booking batches the flusher sent (no booking came to send them within the batch delay)") \
+    X(setup_failures, COUNTER, "connection setups that failed: buckets, stream or live subscription (retried after 1 s)") \
+    X(replay_failures, COUNTER, "bookings stream replays that could not start (retried)") \
+    X(heartbeat_failures, COUNTER, "membership records that could not be put (retried at the next heartbeat)") \
     X(batches_received, COUNTER, "booking batches received (stream replays and the live subject)") \
     X(peer_events_applied, COUNTER, "other replicas' booking events applied to the load")  \
     X(peer_events_rejected, COUNTER, "booking events the router did not apply (expired, unknown model or id)") \

@@ -210,7 +210,7 @@ kvr_cluster *kvr_cluster_start(const kvr_cluster_config *cfg, kvr_registry *regi
         c->self = 1;
     cl_self_init(&c->me, c->replica_url, make_incarnation(c), kvr_clock_wall());
     cl_outbox_init(&c->outbox, c->self, c->cfg.batch_max_events, c->cfg.batch_max_bytes,
-                   c->cfg.max_chain, c->cfg.batch_max_delay_us / 1e6);
+                   c->cfg.max_chain, c->cfg.batch_max_delay_us / 1e6, cl_send_batch, c);
     cl_inbox_init(&c->inbox, router, c->self, c->me.incarnation, c->cfg.booking_ttl_s);
     atomic_store(&c->conn, KVR_CLUSTER_CONNECTING);
 
@@ -266,6 +266,7 @@ void kvr_cluster_stop(kvr_cluster *c)
     atomic_store(&c->closing, true);
     cl_nats_close(c->nats);
     cl_outbox_destroy(&c->outbox);
+    cl_buf_free(&c->msg);
     cl_feed_destroy(&c->feed);
     cl_inbox_destroy(&c->inbox);
     cl_sync_destroy(&c->sync);
@@ -275,6 +276,12 @@ void kvr_cluster_stop(kvr_cluster *c)
     free(c->name);
     free(c->replica_url);
     free(c);
+}
+
+void kvr_cluster_publish_due(kvr_cluster *c)
+{
+    if (c)
+        cl_outbox_send_due(&c->outbox);
 }
 
 void kvr_cluster_refresh(kvr_cluster *c)
@@ -310,6 +317,10 @@ void kvr_cluster_status_get(kvr_cluster *c, kvr_cluster_status *out)
     k->bookings_published = atomic_load(&c->bookings_published);
     k->batches_published = atomic_load(&c->batches_published);
     k->publish_failures = atomic_load(&c->publish_failures) + atomic_load(&c->outbox.dropped);
+    k->flusher_batches = atomic_load(&c->outbox.flusher_sent);
+    k->setup_failures = atomic_load(&c->setup_failures);
+    k->replay_failures = atomic_load(&c->replay_failures);
+    k->heartbeat_failures = atomic_load(&c->heartbeat_failures);
     k->batches_received = atomic_load(&c->inbox.batches);
     k->peer_events_applied = atomic_load(&c->inbox.applied);
     k->peer_events_rejected = atomic_load(&c->inbox.rejected);

@@ -11,8 +11,11 @@
  * Threads and locks (take them in this order, never the other way):
  * 1. the router's lock (route layer): the booking hook runs under it and
  *    takes outbox.mu. Nothing here calls the router holding a cluster lock.
- * 2. outbox.mu: the batch being filled and the ones ready to publish; the
- *    flusher thread waits on outbox.cv and publishes with the lock released.
+ * 2. outbox.send_mu, then outbox.mu: mu guards the batch being filled and
+ *    the sealed ones; the hook takes mu only. The thread that sends (the
+ *    booking thread that sealed a batch, after the router's lock is
+ *    released, or the flusher) holds send_mu and publishes with mu
+ *    released. outbox.wake_mu is a leaf: the flusher's sleep.
  * 3. regsync.mu: the registry mirror. The registry's observer (on the
  *    ingest thread) takes it briefly; the watch thread decides under it and
  *    calls the registry only after releasing it (the registry waits for the
@@ -147,34 +150,52 @@ bool cl_key_parse(const char *key, char *model, char *group, uint64_t *worker_id
 
 /* ---- the outbox (outbox.c): hook -> batches ------------------------------ */
 
+/* Sends one sealed batch (its events, n of them); called by one thread at a
+ * time, in the order the batches were sealed, no outbox lock held. */
+typedef void (*cl_send_fn)(void *user, const cl_buf *events, uint32_t n);
+
 typedef struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_mutex_t mu;      /* the filling batch and the sealed ones */
+    pthread_mutex_t send_mu; /* one sender at a time (taken before mu) */
+    pthread_mutex_t wake_mu; /* the flusher's sleep; a leaf lock */
+    pthread_cond_t wake_cv;  /* signalled at stop, or for an asleep flusher */
     uint64_t self;      /* wire owner of this replica's own bookings */
     uint32_t max_events, max_bytes, max_chain;
     double max_delay_s;
+    cl_send_fn send;
+    void *send_user;
     cl_buf filling;     /* events only */
     uint32_t n_filling;
-    double due_at;      /* monotonic time the filling batch is to go */
     double last_sent;   /* monotonic time the last batch was sealed */
     void *ready, *ready_tail; /* sealed batches, oldest first (outbox.c) */
-    uint32_t n_ready;
     bool enabled;       /* false while NATS is down: events are counted, not kept */
-    bool flusher_idle;  /* the flusher waits with no deadline: a new batch must wake it */
     bool stop;
+    /* Read without mu: by a booking thread (anything sealed to send?) and
+     * by the flusher (anything to wait for?). */
+    _Atomic uint32_t n_ready;
+    _Atomic bool filling_any;
+    _Atomic double first_at; /* monotonic time of the filling batch's first event */
+    _Atomic bool flusher_asleep; /* a new filling batch must wake it */
     _Atomic uint64_t dropped; /* events not kept (disabled, out of memory) */
+    _Atomic uint64_t flusher_sent, flusher_wakes; /* batches the flusher sent; times it was signalled */
 } cl_outbox;
 
 void cl_outbox_init(cl_outbox *o, uint64_t self, uint32_t max_events, uint32_t max_bytes,
-                    uint32_t max_chain, double max_delay_s);
+                    uint32_t max_chain, double max_delay_s, cl_send_fn send, void *send_user);
 void cl_outbox_destroy(cl_outbox *o);
-/* The router's booking hook (user = the outbox). */
+/* The router's booking hook (user = the outbox): appends the change to the
+ * filling batch and seals the batch when it is full or due. Wakes nobody
+ * while the flusher is on its timer. */
 void cl_outbox_hook(void *user, const kvr_booking_event *ev);
 void cl_outbox_enable(cl_outbox *o, bool on);
-/* Waits until a batch is due (full, or max_delay_s after its first event)
- * or stop; moves its events into *events (*n of them). true with a batch,
- * false on stop with nothing left. */
-bool cl_outbox_take(cl_outbox *o, cl_buf *events, uint32_t *n);
+/* For the thread that made a booking change, after the router's lock is
+ * released: sends the sealed batches, unless another thread is sending
+ * (which then sends them too). One atomic load when nothing is sealed. */
+void cl_outbox_send_due(cl_outbox *o);
+/* The flusher thread's body: sends the batch no booking came to seal once
+ * its first event is max_delay_s old, and whatever a booking thread left;
+ * on stop, seals and sends what is left, then returns. */
+void cl_outbox_flusher(cl_outbox *o);
 void cl_outbox_stop(cl_outbox *o);
 
 /* ---- the inbox (inbox.c): batches -> the router --------------------------- */

@@ -15,6 +15,7 @@ struct kvr_cluster {
     uint64_t self; /* replica id: hash of the URL, never 0 */
     cl_nats *nats;
     cl_outbox outbox;
+    cl_buf msg; /* the batch being published (cl_send_batch) */
     cl_inbox inbox;
     cl_feed feed;
     cl_sync sync;
@@ -42,13 +43,15 @@ struct kvr_cluster {
     _Atomic bool closing; /* kvr_cluster_stop is closing the connection */
     _Atomic bool registrations_loaded, bookings_replayed, started_without_nats;
     _Atomic uint64_t connects, disconnects, bookings_published, batches_published,
-        publish_failures, replicas, registration_reads, watch_failures;
+        publish_failures, replicas, registration_reads, watch_failures, setup_failures,
+        replay_failures, heartbeat_failures;
 };
 
 /* threads.c */
 void *cl_control_main(void *arg);
 void *cl_watch_main(void *arg);
 void *cl_flush_main(void *arg);
+void cl_send_batch(void *user, const cl_buf *events, uint32_t n);
 /* cnats callbacks (the cl_nats_events of the cluster). */
 void cl_on_conn(void *user, kvr_cluster_conn state);
 void cl_on_batch(void *user, const char *data, size_t len, int64_t wall_ns, uint64_t pending);

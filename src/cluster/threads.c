@@ -17,7 +17,7 @@
  *   CL_RESYNC_S: an entry whose application failed (a registry limit, a
  *   transient error) or that a consumer lost is applied then, so a replica
  *   never stays apart from the bucket.
- * - flush: publishes the outbox's batches.
+ * - flush: publishes the batches no booking thread sent (outbox.c).
  * A lost connection disables the outbox and marks the state stale; cnats
  * reconnects by itself and the next setup catches up. */
 #include <stdio.h>
@@ -104,6 +104,7 @@ static void subscribe(kvr_cluster *c)
     pthread_mutex_unlock(&c->mu);
     cl_feed_begin_replay(&c->feed);
     if (cl_nats_subscribe(c->nats, &none, err, sizeof err) < 0) {
+        atomic_fetch_add(&c->replay_failures, 1);
         KVR_LOG_LIMITED(KVR_LOG_WARN, NULL, "cluster: %s (retried)", err);
         return; /* live batches keep waiting for the replay retried */
     }
@@ -129,9 +130,10 @@ static bool setup(kvr_cluster *c)
     /* Live first, so the replay that follows leaves no gap (feed.c). */
     if (rc == 0)
         rc = cl_nats_live_subscribe(c->nats, err, sizeof err);
-    if (rc < 0)
+    if (rc < 0) {
+        atomic_fetch_add(&c->setup_failures, 1);
         KVR_LOG_LIMITED(KVR_LOG_WARN, NULL, "cluster: %s (retried)", err);
-    else {
+    } else {
         size_t room = cl_nats_max_payload(c->nats);
         pthread_mutex_lock(&c->outbox.mu);
         if (room > 4096 && c->outbox.max_bytes > room - 4096)
@@ -212,8 +214,10 @@ static void heartbeat(kvr_cluster *c)
     m.incarnation = c->me.incarnation;
     m.ready = c->cfg.ready_fn && c->cfg.ready_fn(c->cfg.ready_user);
     char *text = cl_member_encode(&m);
-    if (!text || cl_nats_kv_put(c->nats, CL_BUCKET_REPLICAS, c->me.key, text, strlen(text)) < 0)
+    if (!text || cl_nats_kv_put(c->nats, CL_BUCKET_REPLICAS, c->me.key, text, strlen(text)) < 0) {
+        atomic_fetch_add(&c->heartbeat_failures, 1);
         KVR_LOG_LIMITED(KVR_LOG_WARN, NULL, "cluster: membership heartbeat failed");
+    }
     free(text);
     cl_member all[256];
     int n = cl_members_read(c, all, sizeof all / sizeof all[0]);
@@ -393,21 +397,23 @@ void *cl_watch_main(void *arg)
 void *cl_flush_main(void *arg)
 {
     kvr_cluster *c = arg;
-    cl_buf events = {0}, msg = {0};
-    uint32_t n;
-    while (cl_outbox_take(&c->outbox, &events, &n)) {
-        msg.len = 0;
-        bool ok = cl_batch_header(&msg, c->self, c->me.incarnation, n) == 0 &&
-                  cl_buf_append(&msg, events.data, events.len) == 0 &&
-                  cl_nats_publish(c->nats, msg.data, msg.len) == 0;
-        if (ok) {
-            atomic_fetch_add(&c->bookings_published, n);
-            atomic_fetch_add(&c->batches_published, 1);
-        } else {
-            atomic_fetch_add(&c->publish_failures, n);
-        }
-    }
-    cl_buf_free(&events);
-    cl_buf_free(&msg);
+    cl_outbox_flusher(&c->outbox);
     return NULL;
+}
+
+/* The outbox's sender: one thread at a time (outbox.send_mu), so c->msg is
+ * its own. */
+void cl_send_batch(void *user, const cl_buf *events, uint32_t n)
+{
+    kvr_cluster *c = user;
+    c->msg.len = 0;
+    bool ok = cl_batch_header(&c->msg, c->self, c->me.incarnation, n) == 0 &&
+              cl_buf_append(&c->msg, events->data, events->len) == 0 &&
+              cl_nats_publish(c->nats, c->msg.data, c->msg.len) == 0;
+    if (ok) {
+        atomic_fetch_add(&c->bookings_published, n);
+        atomic_fetch_add(&c->batches_published, 1);
+    } else {
+        atomic_fetch_add(&c->publish_failures, n);
+    }
 }

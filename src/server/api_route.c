@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvrouter/cluster.h"
 #include "kvrouter/route.h"
 #include "server/api.h"
 #include "server/json_util.h"
@@ -350,6 +351,7 @@ void kvr_api_route(kvr_server *srv, const kvr_json_body *b, kvr_api_reply *reply
     }
     kvr_route_decision_free(&d);
     parsed_free(&p);
+    kvr_cluster_publish_due(srv->cluster); /* the router's lock is released */
 }
 
 /* token_ids: a u32 vector, no json_t per token (u64 numbers above
@@ -377,6 +379,7 @@ static void booking_call(kvr_server *srv, json_t *body, kvr_api_reply *reply, bo
     kvr_router *r = kvr_server_router(srv);
     kvr_route_status st = release ? kvr_router_release(r, id)
                                   : kvr_router_prefill_done_after(r, id, has_ttft ? ttft_ms / 1000.0 : -1);
+    kvr_cluster_publish_due(srv->cluster);
     if (st != KVR_ROUTE_OK) {
         kvr_api_error(reply, 404, "field 'request_id': no active booking '%s' (unknown, freed or "
                       "expired)", id);

@@ -1,5 +1,6 @@
 /* Bookings between replicas without a transport: the outbox turns the
- * router's hook into batches of at most max_events, due after max_delay;
+ * router's hook into batches of at most max_events, sent by the thread whose
+ * change completed one or by the flusher after max_delay;
  * the inbox applies other replicas' batches, skips this process's own,
  * adopts an earlier run's, applies a /free forwarded to this replica, and
  * gives a replayed booking only what is left of its TTL; the feed holds
@@ -22,57 +23,152 @@ static kvr_booking_event release_of(const char *id)
     return ev;
 }
 
+/* What the outbox sent, and from which thread. */
+#define SENT_MAX 64
+typedef struct {
+    pthread_mutex_t mu;
+    uint32_t n[SENT_MAX];
+    bool by_caller[SENT_MAX]; /* sent by the thread that made the change */
+    size_t count;
+    uint32_t events;
+    pthread_t caller;
+} sent_log;
+
+static void record(void *user, const cl_buf *events, uint32_t n)
+{
+    sent_log *s = user;
+    /* every event of the batch reads back, owned by this replica */
+    cl_buf msg = {0};
+    cl_batch_header(&msg, SELF, MY_RUN, n);
+    cl_buf_append(&msg, events->data, events->len);
+    cl_batch b;
+    char err[160];
+    assert_int_equal(cl_batch_open(msg.data, msg.len, &b, err, sizeof err), 0);
+    cl_event e = {0};
+    for (uint32_t k = 0; k < n; k++) {
+        assert_int_equal(cl_batch_next(&b, &e, err, sizeof err), 1);
+        assert_int_equal(e.ev.owner, SELF);
+    }
+    cl_event_free(&e);
+    cl_buf_free(&msg);
+    pthread_mutex_lock(&s->mu);
+    if (s->count < SENT_MAX) {
+        s->n[s->count] = n;
+        s->by_caller[s->count] = pthread_equal(pthread_self(), s->caller);
+    }
+    s->count++;
+    s->events += n;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static uint32_t events_sent(sent_log *s)
+{
+    pthread_mutex_lock(&s->mu);
+    uint32_t n = s->events;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+static void *flusher(void *arg)
+{
+    cl_outbox_flusher(arg);
+    return NULL;
+}
+
+static void sent_log_init(sent_log *s)
+{
+    memset(s, 0, sizeof *s);
+    pthread_mutex_init(&s->mu, NULL);
+    s->caller = pthread_self();
+}
+
+/* A batch a change completes (full, or the first after a quiet spell) is
+ * sent by the thread that made the change, once it calls send_due; the
+ * flusher is not woken for it, and sends only what no change completed. */
 static void test_outbox_batches(void **state)
 {
     (void)state;
+    sent_log sent;
+    sent_log_init(&sent);
     cl_outbox o;
-    cl_outbox_init(&o, SELF, 256, 1u << 20, 4096, 0.001);
+    /* A delay no test run reaches: only size and the quiet start seal. */
+    cl_outbox_init(&o, SELF, 256, 1u << 20, 4096, 600.0, record, &sent);
     kvr_booking_event ev = release_of("r");
     cl_outbox_hook(&o, &ev); /* disabled: counted, not kept */
     assert_int_equal(atomic_load(&o.dropped), 1);
     cl_outbox_enable(&o, true);
-    for (int i = 0; i < 600; i++)
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, flusher, &o), 0);
+    for (int i = 0; i < 600; i++) {
         cl_outbox_hook(&o, &ev);
-    cl_buf events = {0};
-    uint32_t n, total = 0, batches = 0, largest = 0, first = 0;
-    while (total < 600) {
-        assert_true(cl_outbox_take(&o, &events, &n));
-        assert_true(n <= 256);
-        largest = n > largest ? n : largest;
-        first = first ? first : n;
-        /* every event of the batch reads back, owned by this replica */
-        cl_buf msg = {0};
-        cl_batch_header(&msg, SELF, MY_RUN, n);
-        cl_buf_append(&msg, events.data, events.len);
-        cl_batch b;
-        char err[160];
-        assert_int_equal(cl_batch_open(msg.data, msg.len, &b, err, sizeof err), 0);
-        cl_event e = {0};
-        for (uint32_t k = 0; k < n; k++) {
-            assert_int_equal(cl_batch_next(&b, &e, err, sizeof err), 1);
-            assert_int_equal(e.ev.owner, SELF);
-        }
-        cl_event_free(&e);
-        cl_buf_free(&msg);
-        total += n;
-        batches++;
+        cl_outbox_send_due(&o);
     }
-    assert_int_equal(total, 600);
-    /* After a quiet spell the first goes alone, without waiting; the rest
-     * fill batches of 256 (the last one goes after the delay). */
-    assert_int_equal(first, 1);
-    assert_int_equal(largest, 256);
-    assert_true(batches >= 4);
-    /* Stop hands over what is left, then ends. */
-    cl_outbox_hook(&o, &ev);
+    /* The first went alone, at once; then two full batches. Each was sent
+     * by this thread before the next change was made. */
+    pthread_mutex_lock(&sent.mu);
+    assert_int_equal(sent.count, 3);
+    assert_int_equal(sent.n[0], 1);
+    assert_int_equal(sent.n[1], 256);
+    assert_int_equal(sent.n[2], 256);
+    for (size_t k = 0; k < 3; k++)
+        assert_true(sent.by_caller[k]);
+    pthread_mutex_unlock(&sent.mu);
+    assert_int_equal(atomic_load(&o.flusher_sent), 0);
+    assert_int_equal(atomic_load(&o.flusher_wakes), 0);
+    /* Stop hands what is left to the flusher, which sends it and ends. */
     cl_outbox_stop(&o);
-    assert_true(cl_outbox_take(&o, &events, &n));
-    assert_int_equal(n, 1);
-    assert_false(cl_outbox_take(&o, &events, &n));
+    pthread_join(th, NULL);
+    assert_int_equal(sent.count, 4);
+    assert_int_equal(sent.n[3], 600 - 513);
+    assert_false(sent.by_caller[3]);
+    assert_int_equal(atomic_load(&o.flusher_sent), 1);
     cl_outbox_hook(&o, &ev);
     assert_int_equal(atomic_load(&o.dropped), 2);
-    cl_buf_free(&events);
     cl_outbox_destroy(&o);
+    pthread_mutex_destroy(&sent.mu);
+}
+
+/* The tail: a change no later change follows goes from the flusher once the
+ * delay is over, with no call from the thread that made it. */
+static void test_outbox_tail_goes_from_the_flusher(void **state)
+{
+    (void)state;
+    sent_log sent;
+    sent_log_init(&sent);
+    cl_outbox o;
+    cl_outbox_init(&o, SELF, 256, 1u << 20, 4096, 1.0, record, &sent);
+    cl_outbox_enable(&o, true);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, flusher, &o), 0);
+    kvr_booking_event ev = release_of("r");
+    cl_outbox_hook(&o, &ev); /* a quiet start: sealed, sent here */
+    cl_outbox_send_due(&o);
+    cl_outbox_hook(&o, &ev); /* waits for the delay */
+    cl_outbox_hook(&o, &ev);
+    for (int i = 0; i < 3000 && atomic_load(&o.flusher_sent) == 0; i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    pthread_mutex_lock(&sent.mu);
+    assert_int_equal(sent.events, 3);
+    assert_true(sent.by_caller[0]);
+    assert_false(sent.by_caller[sent.count - 1]);
+    pthread_mutex_unlock(&sent.mu);
+    assert_true(atomic_load(&o.flusher_sent) >= 1);
+    /* Asleep after a quiet delay, the flusher is woken by the next change
+     * no one seals, and sends it. */
+    for (int i = 0; i < 3000 && !atomic_load(&o.flusher_asleep); i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    assert_true(atomic_load(&o.flusher_asleep));
+    cl_outbox_hook(&o, &ev); /* a quiet start again: sent here, no wake */
+    cl_outbox_send_due(&o);
+    cl_outbox_hook(&o, &ev);
+    for (int i = 0; i < 3000 && events_sent(&sent) < 5; i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    assert_int_equal(events_sent(&sent), 5);
+    assert_true(atomic_load(&o.flusher_wakes) >= 1);
+    cl_outbox_stop(&o);
+    pthread_join(th, NULL);
+    cl_outbox_destroy(&o);
+    pthread_mutex_destroy(&sent.mu);
 }
 
 typedef struct {
@@ -301,6 +397,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_outbox_batches),
+        cmocka_unit_test(test_outbox_tail_goes_from_the_flusher),
         cmocka_unit_test(test_inbox_whose_is_what),
         cmocka_unit_test(test_inbox_replay_keeps_what_is_left_of_the_ttl),
         cmocka_unit_test(test_feed_live_waits_for_the_replay),

@@ -7,6 +7,8 @@
  * others once NATS is back. A replica never reads its own bookings back. Every wait polls with a deadline. */
 #include "test_support.h"
 
+#include <nats/nats.h>
+
 #include "nats_server.h"
 #include "net_helpers.h"
 #include "server/api.h"
@@ -40,6 +42,9 @@ static int group_teardown(void **state)
     return 0;
 }
 
+/* How long a start waits for NATS (a test of refusals shortens it). */
+static uint32_t startup_timeout_ms = 10000;
+
 static kvr_server *start_replica(fx *f, int i, double ttl)
 {
     kvr_server_config cfg;
@@ -50,7 +55,7 @@ static kvr_server *start_replica(fx *f, int i, double ttl)
     cfg.cluster.nats_url = f->nats.url;
     cfg.cluster.name = f->name;
     cfg.cluster.heartbeat_ms = 300;
-    cfg.cluster.startup_timeout_ms = 10000;
+    cfg.cluster.startup_timeout_ms = startup_timeout_ms;
     return th_server_start(&cfg, f->base[i], sizeof f->base[i]);
 }
 
@@ -336,6 +341,88 @@ static void test_nats_outage(void **state)
     th_engine_stop(&e9);
 }
 
+/* Polls until the counter (a "\nkvr_cluster_..._total " needle) is at least 1. */
+static void wait_counted(const char *base, const char *needle)
+{
+    for (double end = th_now() + WAIT_MS / 1e3; cluster_metric(base, needle) < 1;) {
+        if (th_now() > end)
+            fail_msg("%s:%s never counted", base, needle);
+        th_sleep_ms(20);
+    }
+}
+
+/* What NATS refuses the control thread is counted, not only logged: a setup
+ * whose stream cannot be made (another stream holds the bookings subject),
+ * a replay whose consumer the stream does not take (its one consumer is
+ * taken), a membership record the bucket does not take (values of at most
+ * 8 bytes). The stream and the buckets are set up beforehand with cnats. */
+static void test_refused_setup_replay_and_heartbeat_are_counted(void **state)
+{
+    fx *f = *state;
+    natsConnection *nc = NULL;
+    jsCtx *js = NULL;
+    assert_int_equal(natsConnection_ConnectTo(&nc, f->nats.url), NATS_OK);
+    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+    startup_timeout_ms = 1000; /* the start cannot complete */
+    char stream[96], subject[96], bucket[96];
+
+    /* A cluster whose bookings subject another stream holds. */
+    snprintf(f->name, sizeof f->name, "squat%d", (int)getpid());
+    snprintf(subject, sizeof subject, "kvr.%s.bookings", f->name);
+    const char *subjects[1] = {subject};
+    jsStreamConfig sc;
+    jsStreamConfig_Init(&sc);
+    sc.Name = "SQUATTER";
+    sc.Subjects = subjects;
+    sc.SubjectsLen = 1;
+    sc.Storage = js_MemoryStorage;
+    assert_int_equal(js_AddStream(NULL, js, &sc, NULL, NULL), NATS_OK);
+    f->port[0] = th_free_port();
+    f->srv[0] = start_replica(f, 0, 600);
+    assert_non_null(f->srv[0]);
+    wait_counted(f->base[0], "\nkvr_cluster_setup_failures_total ");
+    assert_int_equal(cluster_metric(f->base[0], "\nkvr_cluster_heartbeat_failures_total "), 0);
+    kvr_server_stop(f->srv[0]);
+    f->srv[0] = NULL;
+    assert_int_equal(js_DeleteStream(js, "SQUATTER", NULL, NULL), NATS_OK);
+
+    /* A cluster whose stream takes one consumer (taken) and whose
+     * membership bucket takes 8-byte values. */
+    snprintf(f->name, sizeof f->name, "refuse%d", (int)getpid());
+    snprintf(stream, sizeof stream, "KVR_%s_BOOKINGS", f->name);
+    snprintf(subject, sizeof subject, "kvr.%s.bookings", f->name);
+    snprintf(bucket, sizeof bucket, "KVR_%s_REPLICAS", f->name);
+    jsStreamConfig_Init(&sc);
+    sc.Name = stream;
+    sc.Subjects = subjects;
+    sc.SubjectsLen = 1;
+    sc.Storage = js_MemoryStorage;
+    sc.MaxConsumers = 1;
+    assert_int_equal(js_AddStream(NULL, js, &sc, NULL, NULL), NATS_OK);
+    jsConsumerConfig cc;
+    jsConsumerConfig_Init(&cc);
+    cc.Durable = "taken";
+    cc.AckPolicy = js_AckExplicit;
+    assert_int_equal(js_AddConsumer(NULL, js, stream, &cc, NULL, NULL), NATS_OK);
+    kvConfig kc;
+    kvConfig_Init(&kc);
+    kc.Bucket = bucket;
+    kc.MaxValueSize = 8;
+    kvStore *kv = NULL;
+    assert_int_equal(js_CreateKeyValue(&kv, js, &kc), NATS_OK);
+    kvStore_Destroy(kv);
+    f->srv[0] = start_replica(f, 0, 600);
+    assert_non_null(f->srv[0]);
+    wait_counted(f->base[0], "\nkvr_cluster_replay_failures_total ");
+    wait_counted(f->base[0], "\nkvr_cluster_heartbeat_failures_total ");
+    kvr_server_stop(f->srv[0]);
+    f->srv[0] = NULL;
+    js_DeleteStream(js, stream, NULL, NULL);
+    startup_timeout_ms = 10000;
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(nc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -343,6 +430,7 @@ int main(void)
         cmocka_unit_test(test_booking_on_one_changes_the_choice_on_another),
         cmocka_unit_test(test_bookings_expire_on_every_replica),
         cmocka_unit_test(test_nats_outage),
+        cmocka_unit_test(test_refused_setup_replay_and_heartbeat_are_counted),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
