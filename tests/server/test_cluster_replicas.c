@@ -8,6 +8,9 @@
 #include "test_support.h"
 
 #include <nats/nats.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 
 #include "nats_server.h"
 #include "net_helpers.h"
@@ -44,6 +47,8 @@ static int group_teardown(void **state)
 
 /* How long a start waits for NATS (a test of refusals shortens it). */
 static uint32_t startup_timeout_ms = 10000;
+/* A replica's own way to NATS (a proxy that can cut it), else the server. */
+static const char *nats_url_of[N];
 
 static kvr_server *start_replica(fx *f, int i, double ttl)
 {
@@ -52,7 +57,7 @@ static kvr_server *start_replica(fx *f, int i, double ttl)
     cfg.port = f->port[i];
     cfg.router.booking_ttl_s = ttl;
     cfg.router.rank_refresh_s = 0;
-    cfg.cluster.nats_url = f->nats.url;
+    cfg.cluster.nats_url = nats_url_of[i] ? nats_url_of[i] : f->nats.url;
     cfg.cluster.name = f->name;
     cfg.cluster.heartbeat_ms = 300;
     cfg.cluster.startup_timeout_ms = startup_timeout_ms;
@@ -341,6 +346,183 @@ static void test_nats_outage(void **state)
     th_engine_stop(&e9);
 }
 
+/* ---- a TCP forwarder that can cut one replica off NATS -------------------- */
+
+#define PROXY_PAIRS 32
+
+typedef struct {
+    int listen_fd, port, target_port;
+    char url[64];
+    pthread_t th;
+    _Atomic bool cut, stop;
+    int fd[PROXY_PAIRS][2]; /* the proxy thread's only */
+} proxy;
+
+static void pair_close(proxy *p, int k)
+{
+    close(p->fd[k][0]);
+    close(p->fd[k][1]);
+    p->fd[k][0] = p->fd[k][1] = -1;
+}
+
+/* Copies what one side sent to the other; false at its end. */
+static bool forward(int from, int to)
+{
+    char buf[65536];
+    ssize_t n = read(from, buf, sizeof buf);
+    for (ssize_t off = 0; n > 0 && off < n;) {
+        ssize_t w = write(to, buf + off, (size_t)(n - off));
+        if (w <= 0)
+            return false;
+        off += w;
+    }
+    return n > 0;
+}
+
+/* While cut: every connection it held is closed and new ones are closed
+ * as soon as accepted (the replica sees a refused reconnection). */
+static void *proxy_main(void *arg)
+{
+    proxy *p = arg;
+    while (!atomic_load(&p->stop)) {
+        bool cut = atomic_load(&p->cut);
+        struct pollfd pf[1 + 2 * PROXY_PAIRS];
+        int who[1 + 2 * PROXY_PAIRS], n = 0;
+        pf[n] = (struct pollfd){p->listen_fd, POLLIN, 0};
+        who[n++] = -1;
+        for (int k = 0; k < PROXY_PAIRS; k++) {
+            if (p->fd[k][0] < 0)
+                continue;
+            if (cut) {
+                pair_close(p, k);
+                continue;
+            }
+            for (int side = 0; side < 2; side++) {
+                pf[n] = (struct pollfd){p->fd[k][side], POLLIN, 0};
+                who[n++] = 2 * k + side;
+            }
+        }
+        if (poll(pf, (nfds_t)n, 20) <= 0)
+            continue;
+        for (int i = 1; i < n; i++) {
+            int k = who[i] / 2, side = who[i] % 2;
+            if ((pf[i].revents & (POLLIN | POLLHUP | POLLERR)) && p->fd[k][0] >= 0 &&
+                !forward(p->fd[k][side], p->fd[k][1 - side]))
+                pair_close(p, k);
+        }
+        if (pf[0].revents & POLLIN) {
+            int c = accept(p->listen_fd, NULL, NULL);
+            int t = c >= 0 && !cut ? th_connect(p->target_port) : -1;
+            int k = 0;
+            while (k < PROXY_PAIRS && p->fd[k][0] >= 0)
+                k++;
+            if (t < 0 || k == PROXY_PAIRS) {
+                if (c >= 0)
+                    close(c);
+                if (t >= 0)
+                    close(t);
+                continue;
+            }
+            p->fd[k][0] = c;
+            p->fd[k][1] = t;
+        }
+    }
+    for (int k = 0; k < PROXY_PAIRS; k++)
+        if (p->fd[k][0] >= 0)
+            pair_close(p, k);
+    return NULL;
+}
+
+static void proxy_start(proxy *p, int target_port)
+{
+    memset(p, 0, sizeof *p);
+    for (int k = 0; k < PROXY_PAIRS; k++)
+        p->fd[k][0] = p->fd[k][1] = -1;
+    p->target_port = target_port;
+    p->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    assert_int_equal(bind(p->listen_fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(p->listen_fd, 16), 0);
+    assert_int_equal(getsockname(p->listen_fd, (struct sockaddr *)&sa, &len), 0);
+    p->port = ntohs(sa.sin_port);
+    snprintf(p->url, sizeof p->url, "nats://127.0.0.1:%d", p->port);
+    assert_int_equal(pthread_create(&p->th, NULL, proxy_main, p), 0);
+}
+
+static void proxy_stop(proxy *p)
+{
+    atomic_store(&p->stop, true);
+    pthread_join(p->th, NULL);
+    close(p->listen_fd);
+}
+
+/* An unregistration made while a replica is cut off NATS reaches it once
+ * it is back (the delete marker in the bucket: from its watcher catching
+ * up, or the whole read its reconnection makes) and removes the worker it
+ * still held; the replica does not write that worker back. */
+static void test_unregister_while_a_replica_is_cut_off(void **state)
+{
+    fx *f = *state;
+    proxy p;
+    proxy_start(&p, f->nats.port);
+    nats_url_of[1] = p.url;
+    snprintf(f->name, sizeof f->name, "cut%d", (int)getpid());
+    for (int i = 0; i < 2; i++) {
+        f->port[i] = th_free_port();
+        f->srv[i] = start_replica(f, i, 600);
+        assert_non_null(f->srv[i]);
+    }
+    th_engine e1, e2;
+    th_engine_start(&e1);
+    th_engine_start(&e2);
+    reg(f->base[0], 1, &e1);
+    reg(f->base[0], 2, &e2);
+    wait_worker(f->base[1], 1);
+    wait_worker(f->base[1], 2);
+
+    atomic_store(&p.cut, true);
+    wait_metric(f->base[1], "kvr_cluster_connection{state=\"reconnecting\"} ", 1);
+    long code;
+    json_decref(th_json("POST", f->base[0], "/unregister",
+                        "{\"instance_id\": 1, \"model_name\": \"m\"}", &code));
+    assert_int_equal(code, 200);
+    assert_false(th_has_worker(f->base[0], 1));
+    assert_true(th_has_worker(f->base[1], 1)); /* it cannot know yet */
+    long long reads = cluster_metric(f->base[1], "\nkvr_cluster_registration_reads_total ");
+
+    atomic_store(&p.cut, false);
+    wait_metric(f->base[1], "kvr_cluster_connection{state=\"connected\"} ", 1);
+    for (double end = th_now() + WAIT_MS / 1e3; th_has_worker(f->base[1], 1);) {
+        if (th_now() > end)
+            fail_msg("the replica cut off still has worker 1");
+        th_sleep_ms(20);
+    }
+    /* (the delete may come from the watcher's own catching up first; the
+     * whole read follows) */
+    for (double end = th_now() + WAIT_MS / 1e3;
+         cluster_metric(f->base[1], "\nkvr_cluster_registration_reads_total ") <= reads;) {
+        if (th_now() > end)
+            fail_msg("no read of the bucket after the reconnection");
+        th_sleep_ms(20);
+    }
+    assert_true(th_has_worker(f->base[1], 2));
+    /* and the bucket was not refilled from the replica that was away */
+    th_sleep_ms(300);
+    assert_false(th_has_worker(f->base[0], 1));
+    for (int i = 0; i < 2; i++) {
+        kvr_server_stop(f->srv[i]);
+        f->srv[i] = NULL;
+    }
+    nats_url_of[1] = NULL;
+    proxy_stop(&p);
+    th_engine_stop(&e1);
+    th_engine_stop(&e2);
+}
+
 /* Polls until the counter (a "\nkvr_cluster_..._total " needle) is at least 1. */
 static void wait_counted(const char *base, const char *needle)
 {
@@ -430,6 +612,7 @@ int main(void)
         cmocka_unit_test(test_booking_on_one_changes_the_choice_on_another),
         cmocka_unit_test(test_bookings_expire_on_every_replica),
         cmocka_unit_test(test_nats_outage),
+        cmocka_unit_test(test_unregister_while_a_replica_is_cut_off),
         cmocka_unit_test(test_refused_setup_replay_and_heartbeat_are_counted),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

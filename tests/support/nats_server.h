@@ -40,7 +40,8 @@ static inline int th_free_port(void)
     return port;
 }
 
-static inline bool th_port_open(int port)
+/* A connected loopback socket to port, or -1. */
+static inline int th_connect(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa;
@@ -48,10 +49,19 @@ static inline bool th_port_open(int port)
     sa.sin_family = AF_INET;
     sa.sin_port = htons((uint16_t)port);
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+static inline bool th_port_open(int port)
+{
+    int fd = th_connect(port);
     if (fd >= 0)
         close(fd);
-    return ok;
+    return fd >= 0;
 }
 
 static inline double th_clock(void)
