@@ -166,7 +166,6 @@ typedef struct {
     void *send_user;
     cl_buf filling;     /* events only */
     uint32_t n_filling;
-    double last_sent;   /* monotonic time the last batch was sealed */
     void *ready, *ready_tail; /* sealed batches, oldest first (outbox.c) */
     bool enabled;       /* false while NATS is down: events are counted, not kept */
     bool stop;
@@ -174,7 +173,7 @@ typedef struct {
      * by the flusher (anything to wait for?). */
     _Atomic uint32_t n_ready;
     _Atomic bool filling_any;
-    _Atomic double first_at; /* monotonic time of the filling batch's first event */
+    _Atomic double last_sent; /* monotonic time the last batch was sealed */
     _Atomic bool flusher_asleep; /* a new filling batch must wake it */
     _Atomic uint64_t dropped; /* events not kept (disabled, out of memory) */
     _Atomic uint64_t flusher_sent, flusher_wakes; /* batches the flusher sent; times it was signalled */

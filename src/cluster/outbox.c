@@ -12,13 +12,14 @@
  * the calling thread, nats.c).
  *
  * The flusher thread is only for the tail, when no booking comes to seal
- * the filling batch: it sleeps on a timer until that batch's first event
- * is max_delay_s old and sends it then, so no event waits longer than
- * max_delay_s (SPEC §10's 1 ms). Booking threads never signal it while it
+ * the filling batch: it sleeps on a timer until max_delay_s after the last
+ * batch (the filling one's first event came after that) and sends it then,
+ * so no event waits longer than max_delay_s (SPEC §10's 1 ms). Booking threads never signal it while it
  * is on its timer; the pace leaves them (1 - CL_PACE) of the delay to seal
  * a batch before its deadline, so under load the flusher wakes to find the
  * batch it waited for sent already. After a whole delay with nothing to
- * send it goes to sleep, and the first change after that wakes it once.
+ * send it goes to sleep, and the first change after that wakes it once
+ * (whoever of the two then sends it first).
  *
  * While NATS is down the outbox is disabled: changes are counted as not
  * published instead of piling up, and the load view is local (SPEC §10).
@@ -32,8 +33,8 @@
 
 #define CL_READY_MAX 64
 #define CL_PACE 0.75
-/* An asleep flusher still looks every so often: a batch sealed by a caller
- * that never calls cl_outbox_send_due is sent within this. */
+/* An asleep flusher still looks every so often (it is woken for every new
+ * batch besides). */
 #define CL_ASLEEP_S 0.1
 
 typedef struct ready_batch {
@@ -118,7 +119,7 @@ static void seal(cl_outbox *o)
     memset(&o->filling, 0, sizeof o->filling);
     o->n_filling = 0;
     atomic_store(&o->filling_any, false);
-    o->last_sent = kvr_clock_mono();
+    atomic_store(&o->last_sent, kvr_clock_mono());
     if (o->ready_tail)
         ((ready_batch *)o->ready_tail)->next = rb;
     else
@@ -146,20 +147,23 @@ void cl_outbox_hook(void *user, const kvr_booking_event *ev)
         atomic_fetch_add(&o->dropped, 1);
     } else {
         double now = kvr_clock_mono();
-        if (o->n_filling++ == 0)
-            atomic_store(&o->first_at, now); /* before filling_any */
+        o->n_filling++;
         /* Paced from the last batch, not from this event: a change after a
          * quiet spell goes at once, and batching pays only when changes
          * come faster than the pace. */
-        if (now >= o->last_sent + CL_PACE * o->max_delay_s || o->n_filling >= o->max_events ||
-            o->filling.len >= o->max_bytes)
+        bool sealed = now >= atomic_load(&o->last_sent) + CL_PACE * o->max_delay_s ||
+                      o->n_filling >= o->max_events || o->filling.len >= o->max_bytes;
+        if (sealed)
             seal(o);
-        else if (o->n_filling == 1) {
+        else if (o->n_filling == 1)
             atomic_store(&o->filling_any, true);
-            /* Seen after filling_any is set, or the flusher sees that. */
-            if (atomic_load(&o->flusher_asleep))
-                wake_flusher(o);
-        }
+        /* An asleep flusher (a whole delay went by with nothing: not under
+         * load) is woken for a new batch, sealed or not: a caller that
+         * never calls cl_outbox_send_due (kvr_route used as a library)
+         * still gets it published at once. Read after filling_any or
+         * n_ready is set, or the flusher sees those. */
+        if ((sealed || o->n_filling == 1) && atomic_load(&o->flusher_asleep))
+            wake_flusher(o);
     }
     pthread_mutex_unlock(&o->mu);
 }
@@ -202,9 +206,10 @@ void cl_outbox_send_due(cl_outbox *o)
     }
 }
 
-/* Seals the filling batch when its first event is max_delay_s old (or at
- * stop) and sends what is sealed. The seconds until the filling batch is
- * due, or -1 when nothing waits. Takes no lock when nothing is due, and
+/* Seals the filling batch max_delay_s after the last one (so before its
+ * first event is max_delay_s old), or at stop, and sends what is sealed.
+ * The seconds until the filling batch is due, or -1 when nothing waits.
+ * Takes no lock when nothing is due, and
  * waits for no booking thread: one that is sending sends what is sealed
  * (the filling batch is looked at again a quarter delay later). */
 static double flush_due(cl_outbox *o, bool all)
@@ -213,7 +218,7 @@ static double flush_due(cl_outbox *o, bool all)
     if (!all && atomic_load(&o->n_ready) == 0) {
         if (!atomic_load(&o->filling_any))
             return -1;
-        double due = atomic_load(&o->first_at) + o->max_delay_s;
+        double due = atomic_load(&o->last_sent) + o->max_delay_s;
         if (now < due)
             return due - now;
     }
@@ -223,10 +228,10 @@ static double flush_due(cl_outbox *o, bool all)
         return o->max_delay_s / 4;
     pthread_mutex_lock(&o->mu);
     now = kvr_clock_mono();
-    double first = atomic_load(&o->first_at);
-    if (o->n_filling && (all || now >= first + o->max_delay_s))
+    double due = atomic_load(&o->last_sent) + o->max_delay_s;
+    if (o->n_filling && (all || now >= due))
         seal(o);
-    double wait = o->n_filling ? first + o->max_delay_s - now : -1;
+    double wait = o->n_filling ? due - now : -1;
     pthread_mutex_unlock(&o->mu);
     atomic_fetch_add(&o->flusher_sent, send_sealed(o));
     pthread_mutex_unlock(&o->send_mu);
