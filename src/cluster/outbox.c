@@ -194,24 +194,35 @@ static uint64_t send_sealed(cl_outbox *o)
     }
 }
 
-void cl_outbox_send_due(cl_outbox *o)
+/* Sends the sealed batches unless another thread is sending (it looks at
+ * n_ready again after releasing send_mu, so it sends these too). The
+ * batches this thread sent; *busy when another was sending. */
+static uint64_t send_unless_busy(cl_outbox *o, bool *busy)
 {
-    /* A batch sealed while another thread holds send_mu is sent by that
-     * thread: it looks at n_ready again after releasing the lock. */
+    uint64_t sent = 0;
+    *busy = false;
     while (atomic_load(&o->n_ready) > 0) {
-        if (pthread_mutex_trylock(&o->send_mu) != 0)
-            return;
-        send_sealed(o);
+        if (pthread_mutex_trylock(&o->send_mu) != 0) {
+            *busy = true;
+            break;
+        }
+        sent += send_sealed(o);
         pthread_mutex_unlock(&o->send_mu);
     }
+    return sent;
+}
+
+void cl_outbox_send_due(cl_outbox *o)
+{
+    bool busy;
+    send_unless_busy(o, &busy);
 }
 
 /* Seals the filling batch max_delay_s after the last one (so before its
  * first event is max_delay_s old), or at stop, and sends what is sealed.
- * The seconds until the filling batch is due, or -1 when nothing waits.
- * Takes no lock when nothing is due, and
- * waits for no booking thread: one that is sending sends what is sealed
- * (the filling batch is looked at again a quarter delay later). */
+ * The seconds until the flusher is to look again, or -1 when nothing waits.
+ * Takes no lock when nothing is due. Sealing needs mu only, so it waits for
+ * no booking thread that is sending: that one sends what was sealed. */
 static double flush_due(cl_outbox *o, bool all)
 {
     double now = kvr_clock_mono();
@@ -222,10 +233,6 @@ static double flush_due(cl_outbox *o, bool all)
         if (now < due)
             return due - now;
     }
-    if (all)
-        pthread_mutex_lock(&o->send_mu);
-    else if (pthread_mutex_trylock(&o->send_mu) != 0)
-        return o->max_delay_s / 4;
     pthread_mutex_lock(&o->mu);
     now = kvr_clock_mono();
     double due = atomic_load(&o->last_sent) + o->max_delay_s;
@@ -233,8 +240,18 @@ static double flush_due(cl_outbox *o, bool all)
         seal(o);
     double wait = o->n_filling ? due - now : -1;
     pthread_mutex_unlock(&o->mu);
-    atomic_fetch_add(&o->flusher_sent, send_sealed(o));
-    pthread_mutex_unlock(&o->send_mu);
+    if (all) {
+        pthread_mutex_lock(&o->send_mu);
+        atomic_fetch_add(&o->flusher_sent, send_sealed(o));
+        pthread_mutex_unlock(&o->send_mu);
+        return wait;
+    }
+    bool busy;
+    atomic_fetch_add(&o->flusher_sent, send_unless_busy(o, &busy));
+    /* A sender that is held up (a stalled connection) is looked at again
+     * after a delay, not in a loop on what it is to send. */
+    if (busy && (wait < 0 || wait > o->max_delay_s))
+        wait = o->max_delay_s;
     return wait;
 }
 

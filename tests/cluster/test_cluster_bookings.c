@@ -185,6 +185,83 @@ static void test_outbox_tail_goes_from_the_flusher(void **state)
     pthread_mutex_destroy(&sent.mu);
 }
 
+/* A sender held up (a slow write to NATS) while the filling batch falls
+ * due: the flusher seals it on time without waiting for the sender, which
+ * sends it right after its own, so a booking waits for no retry of the
+ * flusher's (SPEC §10's bound). */
+typedef struct {
+    sent_log log;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool entered, open;
+    cl_outbox *o;
+} gated_log;
+
+static void record_gated(void *user, const cl_buf *events, uint32_t n)
+{
+    gated_log *g = user;
+    pthread_mutex_lock(&g->mu);
+    g->entered = true;
+    pthread_cond_broadcast(&g->cv);
+    while (!g->open)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+    record(&g->log, events, n);
+}
+
+static void *booking_thread(void *arg)
+{
+    gated_log *g = arg;
+    g->log.caller = pthread_self();
+    kvr_booking_event ev = release_of("a");
+    cl_outbox_hook(g->o, &ev); /* a quiet start: sealed, sent here */
+    cl_outbox_send_due(g->o);
+    return NULL;
+}
+
+static void test_outbox_due_while_another_sends(void **state)
+{
+    (void)state;
+    gated_log g;
+    memset(&g, 0, sizeof g);
+    sent_log_init(&g.log);
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.cv, NULL);
+    cl_outbox o;
+    cl_outbox_init(&o, SELF, 256, 1u << 20, 4096, 1.0, record_gated, &g);
+    cl_outbox_enable(&o, true);
+    g.o = &o;
+    pthread_t fl, booker;
+    assert_int_equal(pthread_create(&fl, NULL, flusher, &o), 0);
+    assert_int_equal(pthread_create(&booker, NULL, booking_thread, &g), 0);
+    pthread_mutex_lock(&g.mu);
+    while (!g.entered)
+        pthread_cond_wait(&g.cv, &g.mu);
+    pthread_mutex_unlock(&g.mu);
+    kvr_booking_event ev = release_of("b");
+    cl_outbox_hook(&o, &ev); /* within the pace: waits for the flusher */
+    for (int i = 0; i < 500 && atomic_load(&o.n_ready) == 0; i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    pthread_mutex_lock(&g.mu);
+    g.open = true;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    pthread_join(booker, NULL);
+    /* Both went from the booking thread, the due one right after its own. */
+    pthread_mutex_lock(&g.log.mu);
+    assert_int_equal(g.log.count, 2);
+    assert_true(g.log.by_caller[0]);
+    assert_true(g.log.by_caller[1]);
+    pthread_mutex_unlock(&g.log.mu);
+    assert_int_equal(atomic_load(&o.flusher_sent), 0);
+    cl_outbox_stop(&o);
+    pthread_join(fl, NULL);
+    cl_outbox_destroy(&o);
+    pthread_cond_destroy(&g.cv);
+    pthread_mutex_destroy(&g.mu);
+    pthread_mutex_destroy(&g.log.mu);
+}
+
 typedef struct {
     kvr_indexer *ix;
     kvr_router *r;
@@ -412,6 +489,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_outbox_batches),
         cmocka_unit_test(test_outbox_tail_goes_from_the_flusher),
+        cmocka_unit_test(test_outbox_due_while_another_sends),
         cmocka_unit_test(test_inbox_whose_is_what),
         cmocka_unit_test(test_inbox_replay_keeps_what_is_left_of_the_ttl),
         cmocka_unit_test(test_feed_live_waits_for_the_replay),
