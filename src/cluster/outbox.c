@@ -72,12 +72,20 @@ static ready_batch *unlink_head(cl_outbox *o)
     return rb;
 }
 
-static void drop_all(cl_outbox *o)
+/* Counts the filling batch's events as dropped and empties it (caller
+ * holds mu). */
+static void drop_filling(cl_outbox *o)
 {
-    uint64_t n = o->n_filling;
+    atomic_fetch_add(&o->dropped, o->n_filling);
     o->filling.len = 0;
     o->n_filling = 0;
     atomic_store(&o->filling_any, false);
+}
+
+static void drop_all(cl_outbox *o)
+{
+    drop_filling(o);
+    uint64_t n = 0;
     while (ready_head(o)) {
         ready_batch *rb = unlink_head(o);
         n += rb->n;
@@ -102,10 +110,7 @@ static void seal(cl_outbox *o)
 {
     ready_batch *rb = calloc(1, sizeof *rb);
     if (!rb) {
-        atomic_fetch_add(&o->dropped, o->n_filling);
-        o->filling.len = 0;
-        o->n_filling = 0;
-        atomic_store(&o->filling_any, false);
+        drop_filling(o);
         return;
     }
     if (atomic_load(&o->n_ready) >= CL_READY_MAX) {
