@@ -285,8 +285,7 @@ static inline __attribute__((always_inline)) uint32_t kvr_tree_engine_put(struct
 /* Room in the engine table for n more blocks. */
 static inline void kvr_tree_engine_room(struct kvr_index *idx, uint32_t n)
 {
-    kvr_idtab *t = &idx->engine;
-    if (kvr_idtab_overfull((uint64_t)t->len + n, t->cap) && kvr_idtab_reserve(t, n) < 0)
+    if (kvr_idtab_room(&idx->engine, n) < 0)
         abort(); /* an ownership without its handle could never be removed */
 }
 static inline __attribute__((always_inline)) uint32_t kvr_tree_engine_add(struct kvr_index *idx,

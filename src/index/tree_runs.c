@@ -179,7 +179,7 @@ static void child_replace(kvr_index *idx, uint32_t r, uint32_t n)
 
 int kvr_tree_run_link(kvr_index *idx, uint32_t r)
 {
-    if (kvr_idtab_room(&idx->child) < 0)
+    if (kvr_idtab_room(&idx->child, 1) < 0)
         return -1;
     child_link(idx, r);
     set_link(idx, r);
@@ -208,7 +208,7 @@ static void release_run(kvr_index *idx, uint32_t r)
  * the smaller part. -1 on OOM (nothing changed). */
 int kvr_tree_split(kvr_index *idx, uint32_t at)
 {
-    if (kvr_idtab_room(&idx->child) < 0)
+    if (kvr_idtab_room(&idx->child, 1) < 0)
         return -1;
     uint32_t n = kvr_tree_run_new(idx);
     if (!n)

@@ -103,7 +103,7 @@ int kvr_idtab_reserve(kvr_idtab *t, uint32_t more)
 
 int kvr_idtab_add(kvr_idtab *t, uint64_t slot)
 {
-    if (kvr_idtab_room(t) < 0)
+    if (kvr_idtab_room(t, 1) < 0)
         return -1;
     place(t->slot, t->cap, slot);
     t->len++;

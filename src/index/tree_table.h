@@ -82,10 +82,11 @@ static inline bool kvr_idtab_overfull(uint64_t len, uint32_t cap)
 {
     return len * 5 > (uint64_t)cap * 4;
 }
-/* Makes room for one more slot (growing in place when full). -1 on OOM. */
-static inline int kvr_idtab_room(kvr_idtab *t)
+/* Makes room for n more slots (growing in place when they would overfill
+ * it). -1 on OOM. */
+static inline int kvr_idtab_room(kvr_idtab *t, uint32_t n)
 {
-    return kvr_idtab_overfull((uint64_t)t->len + 1, t->cap) ? kvr_idtab_reserve(t, 1) : 0;
+    return kvr_idtab_overfull((uint64_t)t->len + n, t->cap) ? kvr_idtab_reserve(t, n) : 0;
 }
 /* Adds a slot (growing in place when full). -1 on OOM. */
 int kvr_idtab_add(kvr_idtab *t, uint64_t slot);
