@@ -89,12 +89,16 @@ static int resize(kvr_u64map *m, size_t new_cap)
     return 0;
 }
 
+/* Max load 3/4 keeps probe chains short: put grows past it, reserve
+ * grows to stay under it. */
+static bool overfull(size_t len, size_t cap) { return len * 4 > cap * 3; }
+
 int kvr_u64map_reserve(kvr_u64map *m, size_t n)
 {
     if (n == 0)
         return 0;
     size_t cap = m->cap ? m->cap : MIN_CAP;
-    while (n * 4 > cap * 3) /* put's load bound */
+    while (overfull(n, cap))
         cap *= 2;
     return cap == m->cap ? 0 : resize(m, cap);
 }
@@ -112,8 +116,7 @@ int kvr_u64map_put(kvr_u64map *m, uint64_t key, uint64_t val)
         *p = val;
         return 1;
     }
-    /* Max load 3/4 keeps probe chains short. */
-    if ((m->len + 1) * 4 > m->cap * 3 && resize(m, m->cap ? m->cap * 2 : MIN_CAP) != 0)
+    if (overfull(m->len + 1, m->cap) && resize(m, m->cap ? m->cap * 2 : MIN_CAP) != 0)
         return -1;
     insert_fresh(m->slots, m->cap, key, val);
     m->len++;
