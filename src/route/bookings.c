@@ -373,12 +373,10 @@ static void booking_remove(route_bookings *b, route_booking *bk, double now)
         pending_unlink(l, bk, now);
     } else
         l->decode_context -= bk->context;
-    /* The last booking holds every reference left, and the load goes with
-     * it (load_drop_if_idle below): no block-by-block release. */
+    /* The last booking holds every reference left, and the load and its
+     * map go with it (load_drop_if_idle below): no block-by-block release. */
     if (l->bookings)
         unref_blocks(l, bk->chain, bk->n_chain);
-    else
-        kvr_u64map_clear(&l->held);
     l->unique_blocks -= bk->unique_blocks;
     b->n_refs -= bk->n_chain;
 
