@@ -413,11 +413,12 @@ static void test_decode_slowdown_fitted(void **state)
     done(f);
 }
 
-/* A candidate's rate is read from its state slot (src/route/slots.c), a
- * copy of the rates map bound by the first /route that scores it. The
- * sample that completes the rate comes with no load created or freed (its
- * booking is still held), so only the sample itself can refresh the copy
- * (route_slot_changed in route_rate_sample). */
+/* A candidate's rate is read through its state slot (src/route/slots.c),
+ * bound by the first /route that scores it, before the worker has a rate.
+ * The samples that complete the rate come with no load created or freed
+ * (its booking is still held): the slot sees them only because the rate's
+ * creation refreshed it (route_slot_changed in rates.c rate_get) and it
+ * points at the rate rather than copying its figures. */
 static void test_learned_rate_reaches_a_bound_slot(void **state)
 {
     (void)state;
