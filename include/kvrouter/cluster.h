@@ -29,8 +29,8 @@
  *   booking thread publishes a batch its change completed
  *   (kvr_cluster_publish_due), about one per batch_max_delay_us under load
  *   (a change after a quiet spell goes at once), and a flusher publishes a
- *   batch no change completed once its first event is batch_max_delay_us
- *   old.
+ *   batch no change completed batch_max_delay_us after the batch before
+ *   it (so before its first event is that old).
  *   An ordered consumer reads every batch from the start of the stream
  *   (so a starting replica begins with the fleet's load) and hands the
  *   other replicas' events to kvr_router_apply_peer. A batch this process

@@ -192,7 +192,8 @@ void cl_outbox_enable(cl_outbox *o, bool on);
  * (which then sends them too). One atomic load when nothing is sealed. */
 void cl_outbox_send_due(cl_outbox *o);
 /* The flusher thread's body: sends the batch no booking came to seal once
- * its first event is max_delay_s old, and whatever a booking thread left;
+ * max_delay_s after the batch before it (so before its first event is that
+ * old), and whatever a booking thread left sealed and unsent;
  * on stop, seals and sends what is left, then returns. */
 void cl_outbox_flusher(cl_outbox *o);
 void cl_outbox_stop(cl_outbox *o);
