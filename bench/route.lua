@@ -15,6 +15,16 @@ function request()
   local body = string.format(bodies[math.random(#bodies)], "t" .. tid .. "-" .. counter)
   return wrk.format("POST", os.getenv("ROUTE_BENCH_PATH") or "/route", {["Content-Type"] = "application/json"}, body)
 end
+-- ROUTE_BENCH_DELAY_MS: each connection waits this long before its next
+-- request, so the request rate is set by the client (about connections x
+-- 1000 / (delay + latency) per second) and two servers compare at the same
+-- rate: a server's CPU per request depends on how busy it is.
+local pause = tonumber(os.getenv("ROUTE_BENCH_DELAY_MS") or "")
+if pause then
+  function delay()
+    return pause
+  end
+end
 local codes = {}
 function response(status, headers, body)
   if status ~= 200 then

@@ -13,6 +13,8 @@
 # print after the run; ROUTE_BENCH_THREADS=1: each thread's context switches
 # per request. ROUTE_BENCH_SERVE_PREFIX: a command the server runs under
 # (e.g. "taskset -c 0", to keep it on a core of its own).
+# ROUTE_BENCH_DELAY_MS=N: a fixed request rate (route.lua: every connection
+# pauses N ms between requests), to compare CPU per request at equal rates.
 set -eu
 BUILD=${1:?build dir}; SECS=${2:-10}; CONN=${3:-16}; NWORKERS=${4:-64}; EP=${5:-route}
 . "$(cd "$(dirname "$0")" && pwd)/http_fixture.sh"
