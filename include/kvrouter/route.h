@@ -426,6 +426,7 @@ typedef struct {
     uint64_t max_bookings;      /* the limit (0 = unlimited) */
     uint64_t rate_samples;      /* /prefill_done timings taken as prefill-rate samples */
     uint64_t rates_learned;     /* (worker, rank) with a measured prefill rate in use */
+    uint64_t rates_evicted;     /* stalest rates dropped past 65,536 (worker, rank) */
     uint64_t approx_workers;    /* (worker, rank) with blocks in the approximate index */
     uint64_t approx_blocks;     /* blocks held there */
 } kvr_router_stats;

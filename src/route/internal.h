@@ -115,6 +115,7 @@ typedef struct {
     kvr_u64map rates;  /* route_wr_key -> route_rate* (chained) */
     kvr_u64map fits;   /* index -> route_decode_fit* (one per (model, group)) */
     uint64_t n_rates, rate_samples;
+    uint64_t rates_evicted; /* stalest rates dropped at KVR_ROUTE_MAX_RATES */
     struct route_slots *slots; /* per (model, group): slots.c */
 } route_bookings;
 

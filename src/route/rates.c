@@ -61,8 +61,10 @@ static void evict_stalest(route_bookings *b)
         for (route_rate *rt = (route_rate *)(uintptr_t)v; rt; rt = rt->hnext)
             if (!oldest || rt->updated_at < oldest->updated_at)
                 oldest = rt;
-    if (oldest)
+    if (oldest) {
         rate_unlink(b, oldest);
+        b->rates_evicted++;
+    }
 }
 
 static route_rate *rate_get(route_bookings *b, uintptr_t index, uint64_t worker_id,

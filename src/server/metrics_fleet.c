@@ -250,6 +250,20 @@ void kvr_metrics_router(kvr_metrics_ctx *m)
     gauge(b, "kvr_router_held_blocks",
           "Distinct blocks held by active bookings, over all (worker, rank)", st.held_blocks);
     gauge(b, "kvr_router_held_bytes", "Memory of the booking block sets", st.held_bytes);
+    counter(b, "kvr_router_bookings_aged_out_total",
+            "Bookings expired at their predicted decode end (their /free never came)",
+            st.bookings_aged_out);
+    counter(b, "kvr_router_rate_samples_total",
+            "/prefill_done timings taken as prefill-rate samples", st.rate_samples);
+    gauge(b, "kvr_router_rates_learned", "(worker, rank) with a measured prefill rate in use",
+          st.rates_learned);
+    counter(b, "kvr_router_rates_evicted_total",
+            "Stalest learned rates dropped: 65,536 (worker, rank) rates were held",
+            st.rates_evicted);
+    gauge(b, "kvr_router_approx_workers",
+          "(worker, rank) scored from the approximate index (no KV events)", st.approx_workers);
+    gauge(b, "kvr_router_approx_blocks", "Blocks held in the approximate index",
+          st.approx_blocks);
 }
 
 /* endpoint="/path", and method="M" when the path has several methods

@@ -1,6 +1,7 @@
 /* Routing settings over HTTP: max_bookings answers 429 naming the limit
  * (and /metrics counts it); a worker registered with kv_events false is
- * routed by prefix from what kvrouter sent it, each of its dp ranks as
+ * routed by prefix from what kvrouter sent it (/metrics shows the
+ * approximate index and the learning figures), each of its dp ranks as
  * itself; bad values of the new fields
  * get a 400 naming the field. */
 #include "test_support.h"
@@ -96,6 +97,15 @@ static void test_worker_without_events_routes_by_prefix(void **state)
     assert_int_equal(st, 200);
     json_decref(th_json("POST", base, "/free", "{\"request_id\": \"first\"}", &st));
     assert_int_equal(st, 200);
+    /* what it sent stays in the approximate index after the /free; the
+     * router's learning figures are in /metrics (a 12-token request is too
+     * short to be a rate sample) */
+    assert_int_equal(th_metric(base, "kvr_router_approx_workers"), 1);
+    assert_int_equal(th_metric(base, "kvr_router_approx_blocks"), 3);
+    assert_int_equal(th_metric(base, "kvr_router_rate_samples_total"), 0);
+    assert_int_equal(th_metric(base, "kvr_router_rates_learned"), 0);
+    assert_int_equal(th_metric(base, "kvr_router_rates_evicted_total"), 0);
+    assert_int_equal(th_metric(base, "kvr_router_bookings_aged_out_total"), 0);
     json_t *r = NULL;
     assert_int_equal(route(base, "next", "1,2,3,4,5,6,7,8,90,91,92,93", NULL, &r), 200);
     assert_int_equal(json_integer_value(json_object_get(r, "worker_id")), 2);
