@@ -2,11 +2,9 @@
 #include "server/trim.h"
 
 #include <malloc.h>
-#include <stdlib.h>
-#include <stdio.h>
-#include <string.h>
 
 #include "kvrouter/log.h"
+#include "util/proc_status.h"
 
 bool kvr_trim_due(kvr_trim_state *t, uint64_t index_bytes, uint64_t rss_bytes, double now)
 {
@@ -23,15 +21,8 @@ bool kvr_trim_due(kvr_trim_state *t, uint64_t index_bytes, uint64_t rss_bytes, d
 /* VmRSS in MiB; -1 when unknown. */
 static double rss_mib(void)
 {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    double kib = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, "VmRSS:", 6) == 0)
-            kib = strtod(line + 6, NULL);
-    if (f)
-        fclose(f);
-    return kib < 0 ? -1 : kib / 1024;
+    double kib;
+    return kvr_proc_status_value("VmRSS", &kib) ? kib / 1024 : -1;
 }
 
 void kvr_trim_start(kvr_trim_state *t)

@@ -1,15 +1,15 @@
-/* Descriptor accounting (fds.h). Linux: /proc/self/status and poll(2). */
+/* Descriptor accounting (fds.h). Linux: /proc/self/status (proc_status.h) and poll(2). */
 #include "util/fds.h"
 
 #include <errno.h>
 #include <poll.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 
 #include "kvrouter/log.h"
+#include "util/proc_status.h"
 
 size_t kvr_fd_limit(void)
 {
@@ -49,18 +49,8 @@ int kvr_fd_raise_limit(void)
  * below it. 0 when unknown. */
 static size_t table_size(void)
 {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f)
-        return 0;
-    char line[256];
-    size_t n = 0;
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, "FDSize:", 7) == 0) {
-            n = strtoull(line + 7, NULL, 10);
-            break;
-        }
-    fclose(f);
-    return n;
+    double n;
+    return kvr_proc_status_value("FDSize", &n) && n > 0 ? (size_t)n : 0;
 }
 
 /* Descriptors open below n (poll marks the closed ones POLLNVAL); SIZE_MAX
