@@ -179,6 +179,7 @@ const char *kvr_cluster_conn_name(kvr_cluster_conn s);
     X(batches_published, COUNTER, "booking batches published")                             \
     X(publish_failures, COUNTER, "booking events not published (NATS down, client error)")  \
     X(flusher_batches, COUNTER, "booking batches the flusher sent (no booking came to send them within the batch delay)") \
+    X(flusher_wakes, COUNTER, "times a booking woke the asleep flusher (the first change after a whole batch delay with none)") \
     X(setup_failures, COUNTER, "connection setups that failed: buckets, stream or live subscription (retried after 1 s)") \
     X(replay_failures, COUNTER, "bookings stream replays that could not start (retried)") \
     X(heartbeat_failures, COUNTER, "membership records that could not be put (retried at the next heartbeat)") \

@@ -318,6 +318,7 @@ void kvr_cluster_status_get(kvr_cluster *c, kvr_cluster_status *out)
     k->batches_published = atomic_load(&c->batches_published);
     k->publish_failures = atomic_load(&c->publish_failures) + atomic_load(&c->outbox.dropped);
     k->flusher_batches = atomic_load(&c->outbox.flusher_sent);
+    k->flusher_wakes = atomic_load(&c->outbox.flusher_wakes);
     k->setup_failures = atomic_load(&c->setup_failures);
     k->replay_failures = atomic_load(&c->replay_failures);
     k->heartbeat_failures = atomic_load(&c->heartbeat_failures);

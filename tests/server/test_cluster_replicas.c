@@ -245,6 +245,12 @@ static void test_booking_on_one_changes_the_choice_on_another(void **state)
      * echo, the stream is read only to catch up. */
     assert_true(cluster_metric(f->base[0], "\nkvr_cluster_batches_published_total ") >= 1);
     assert_int_equal(cluster_metric(f->base[0], "\nkvr_cluster_own_batches_skipped_total "), 0);
+    /* Each wake of the flusher is one booking that found it asleep: never
+     * more than the bookings sent or lost. */
+    long long wakes = cluster_metric(f->base[0], "\nkvr_cluster_flusher_wakes_total ");
+    assert_true(wakes >= 0);
+    assert_true(wakes <= cluster_metric(f->base[0], "\nkvr_cluster_bookings_published_total ") +
+                             cluster_metric(f->base[0], "\nkvr_cluster_publish_failures_total "));
     /* Replica 1, which booked nothing itself, sends the next one to 2. */
     for (int k = 0; k < 4; k++) {
         char id[16];
