@@ -176,6 +176,13 @@ void kvr_worker_caps_get(kvr_indexer *ix, kvr_worker *w, kvr_worker_caps *out);
  * registration order. Returns the count; writes at most cap. */
 size_t kvr_indexer_caps_list(kvr_indexer *ix, const char *model, const char *group,
                              kvr_worker_caps *out, size_t cap);
+/* kvr_indexer_caps_list for a caller that keeps its copy: *gen is the
+ * group's caps generation out[0..n) was copied at (0: none, or a copy of
+ * another group). Unchanged since: returns the count and copies nothing
+ * (a /route at 1000 workers copied 312 KB per request); else copies as
+ * kvr_indexer_caps_list and sets *gen (0 when the count exceeds cap). */
+size_t kvr_indexer_caps_list_since(kvr_indexer *ix, const char *model, const char *group,
+                                   kvr_worker_caps *out, size_t cap, uint64_t *gen);
 
 /* Per-rank state for /workers and /metrics. */
 typedef struct {

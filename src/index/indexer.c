@@ -114,6 +114,7 @@ kvr_group *kvr_ix_group_get(kvr_indexer *ix, const char *model, const char *grou
             strcpy(g->model, model);
             strcpy(g->group, group);
             atomic_init(&g->block_size, 0);
+            atomic_init(&g->caps_gen, 1); /* 0 names no snapshot */
             pthread_mutex_init(&g->loaded_mu, NULL);
             kvr_u64map_init(&g->loaded);
             g->next = atomic_load_explicit(&ix->groups, memory_order_relaxed);
@@ -268,6 +269,8 @@ kvr_reg_result kvr_indexer_register(kvr_indexer *ix, const kvr_worker_settings *
     }
     if (w)
         atomic_store(&g->block_size, conf.block_size);
+    if (w && res != KVR_REG_UNCHANGED)
+        kvr_ix_caps_changed(g);
 done:
     if (out && (res == KVR_REG_CREATED || res == KVR_REG_UNCHANGED || res == KVR_REG_RESET ||
                 res == KVR_REG_UPDATED))
@@ -305,6 +308,7 @@ void kvr_indexer_unregister(kvr_indexer *ix, kvr_worker *w)
     }
     kvr_ix_worker_drop_state(w);
     worker_free(w);
+    kvr_ix_caps_changed(g);
     pthread_rwlock_unlock(&ix->lock);
 }
 
@@ -400,6 +404,27 @@ size_t kvr_indexer_caps_list(kvr_indexer *ix, const char *model, const char *gro
     size_t n = g->n_workers;
     for (size_t i = 0; i < n && i < cap; i++)
         caps_fill(g->workers[i], &out[i]);
+    pthread_rwlock_unlock(&ix->lock);
+    return n;
+}
+
+size_t kvr_indexer_caps_list_since(kvr_indexer *ix, const char *model, const char *group,
+                                   kvr_worker_caps *out, size_t cap, uint64_t *gen)
+{
+    kvr_group *g = kvr_ix_group_find(ix, model, group);
+    if (!g)
+        return 0;
+    pthread_rwlock_rdlock(&ix->lock);
+    /* registrations change it under the write lock, so it goes with
+     * n_workers; rank publications bump it after their stores (acquire:
+     * a copy taken at this generation sees them) */
+    uint64_t now = atomic_load_explicit(&g->caps_gen, memory_order_acquire);
+    size_t n = g->n_workers;
+    if (*gen != now || n > cap) {
+        for (size_t i = 0; i < n && i < cap; i++)
+            caps_fill(g->workers[i], &out[i]);
+        *gen = n <= cap ? now : 0;
+    }
     pthread_rwlock_unlock(&ix->lock);
     return n;
 }

@@ -64,8 +64,12 @@ static void publish_ranks(kvr_worker *w)
         else
             wide = true;
     }
+    if (atomic_load_explicit(&w->rank_bits, memory_order_relaxed) == bits &&
+        atomic_load_explicit(&w->wide_ranks, memory_order_relaxed) == wide)
+        return;
     atomic_store_explicit(&w->rank_bits, bits, memory_order_relaxed);
     atomic_store_explicit(&w->wide_ranks, wide, memory_order_relaxed);
+    kvr_ix_caps_changed(w->grp);
 }
 
 kvr_rank_state *kvr_ix_rank_get(kvr_worker *w, uint32_t rank, bool create)
@@ -376,6 +380,7 @@ void kvr_indexer_apply(kvr_indexer *ix, kvr_worker *w, uint32_t rank, kvr_batch 
         if (kvr_normalizer_wide_seen(r->norm) && !wide) {
             /* callers stop sending image hashes from the next request on */
             atomic_store(&w->wide_seen, true);
+            kvr_ix_caps_changed(w->grp);
             wide = true;
         }
         if (run.n > 0 || i + 1 == b->n_events)

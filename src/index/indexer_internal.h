@@ -85,6 +85,10 @@ struct kvr_group {
     /* registered workers, guarded by the registry rwlock */
     kvr_worker **workers;
     size_t n_workers, cap_workers;
+    /* Changes with anything kvr_worker_caps reads of the group's workers
+     * (kvr_ix_caps_changed), so a router keeping its copy of the snapshot
+     * copies it again only then (kvr_indexer_caps_list_since). */
+    atomic_uint_fast64_t caps_gen;
     /* owners created by kvr_indexer_load_store: owner id -> worker id, so
      * a worker's reset/unregister also clears state it never applied */
     pthread_mutex_t loaded_mu;
@@ -98,6 +102,12 @@ struct kvr_indexer {
 };
 
 /* indexer.c */
+/* After a change to what kvr_worker_caps reads of a worker of g (its
+ * registration, rank_bits, wide_ranks, wide_seen): the stores come first. */
+static inline void kvr_ix_caps_changed(kvr_group *g)
+{
+    atomic_fetch_add_explicit(&g->caps_gen, 1, memory_order_release);
+}
 kvr_group *kvr_ix_group_find(kvr_indexer *ix, const char *model, const char *group);
 kvr_group *kvr_ix_group_get(kvr_indexer *ix, const char *model, const char *group);
 const char *kvr_ix_group_name(const char *group);

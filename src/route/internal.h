@@ -272,21 +272,27 @@ kvr_route_status route_check_overrides(const kvr_route_request *req, kvr_route_d
 /* The candidates of a /route as the selection scores them: at[j] is the
  * candidate (kvr_query_result entry) compact position j stands for, and
  * mult[j] how many it stands for: 1, or for rep (SIZE_MAX: none) the
- * members of the idle class, every one of which the model costs alike. */
+ * members of the idle class, every one of which the model costs alike;
+ * at[rep] is the member with the least recent work. */
 typedef struct {
     uint32_t *at, *mult;
     size_t rep;
     uint32_t *members; /* the class's candidates, in candidate order */
+    double *work;      /* per member: its recent work */
     size_t n_members;
+    double tie_work;   /* members with at most this work are tied (route_idle_tie) */
 } route_idle_split;
 
 /* Fills sp (arrays of q->n_entries) from the candidates and their states
- * st (per entry); returns the compact count. */
+ * st (per entry) at now; returns the compact count. */
 size_t route_idle_class(const kvr_query_result *q, const route_slot *const *st,
-                        const uint32_t *entry_profile, route_idle_split *sp);
+                        const uint32_t *entry_profile, double now, route_idle_split *sp);
+/* The class is tied with the best: its members with at most max_work of
+ * recent work are, and their count is returned. */
+size_t route_idle_tie(route_idle_split *sp, double max_work);
 /* The k-th (from 0) candidate, in candidate order, of those whose compact
- * position is tied[j] (a member of the class counts when the
- * representative is); *compact = its compact position. */
+ * position is tied[j] (a tied member of the class counts when the
+ * representative is tied); *compact = its compact position. */
 size_t route_idle_kth(const route_idle_split *sp, size_t n, const bool *tied, size_t k,
                       size_t *compact);
 
@@ -368,6 +374,10 @@ typedef struct route_scratch {
     kvr_match_ctx *mctx;
     kvr_worker_caps *caps;
     size_t caps_cap;
+    /* the group caps holds (kvr_index), and the caps generation it was
+     * copied at (kvr_indexer_caps_list_since; 0: none) */
+    uintptr_t caps_index;
+    uint64_t caps_gen;
     route_rank_span *spans; /* per caps entry */
     size_t spans_cap;
     uint32_t *ranks;
@@ -376,8 +386,18 @@ typedef struct route_scratch {
     size_t rank_pos_cap;
     uint64_t rank_gen;  /* the rank cache's generation and size they come from */
     size_t rank_n;
+    /* spans and ranks are complete (every worker found) for the workers of
+     * caps at caps generation ranks_caps_gen of group ranks_index: while
+     * neither changes they need no copy (route_ranks_snapshot) */
+    uintptr_t ranks_index;
+    uint64_t ranks_caps_gen;
     uint32_t *worker_profile; /* per caps entry: profile index */
     size_t wp_cap;
+    /* worker_profile and profiles were built for a plain request (no
+     * media, LoRA or salt) from caps at this generation of this group
+     * (0: not reusable; route_build_profiles) */
+    uint64_t profiles_caps_gen;
+    uintptr_t profiles_index;
     route_profile *profiles;
     size_t n_profiles, profiles_cap;
     /* The pad-substituted sequence, built once per request and reading:
@@ -400,6 +420,8 @@ typedef struct route_scratch {
      * n entries each, and tie flags */
     uint32_t *split;
     size_t split_cap;
+    double *member_work;
+    size_t member_work_cap;
     bool *tied;
     size_t tied_cap;
     struct route_scratch *next;

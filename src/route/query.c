@@ -17,13 +17,21 @@ void kvr_query_result_free(kvr_query_result *res)
     memset(res, 0, sizeof *res);
 }
 
-/* Snapshot of the workers' capabilities; grows the buffer until it fits. */
-static long list_workers(kvr_router *r, route_scratch *s, const char *model, const char *group)
+/* Snapshot of the workers' capabilities, kept by the scratch: copied again
+ * only when the group's caps changed since (or it held another group's);
+ * grows the buffer until it fits. */
+static long list_workers(kvr_router *r, route_scratch *s, uintptr_t index, const char *model,
+                         const char *group)
 {
     if (route_grow((void **)&s->caps, &s->caps_cap, 16, sizeof *s->caps) < 0)
         return -1;
+    if (s->caps_index != index) {
+        s->caps_index = index;
+        s->caps_gen = 0;
+    }
     for (;;) {
-        size_t n = kvr_indexer_caps_list(r->ix, model, group, s->caps, s->caps_cap);
+        size_t n = kvr_indexer_caps_list_since(r->ix, model, group, s->caps, s->caps_cap,
+                                               &s->caps_gen);
         if (n <= s->caps_cap)
             return (long)n;
         if (route_grow((void **)&s->caps, &s->caps_cap, n + 4, sizeof *s->caps) < 0)
@@ -165,7 +173,7 @@ kvr_route_status route_query(kvr_router *r, const kvr_query_request *req, kvr_qu
     route_scratch *s = route_scratch_acquire(r);
     if (!s)
         return fail(out, KVR_ROUTE_NO_MEMORY, "out of memory");
-    long nw = list_workers(r, s, req->model_name, group);
+    long nw = list_workers(r, s, (uintptr_t)idx, req->model_name, group);
     if (nw == 0) {
         route_scratch_release(r, s);
         return unknown_model(out, req->model_name, group);

@@ -147,10 +147,22 @@ int route_ranks_snapshot(kvr_router *r, route_scratch *s, uintptr_t index, const
         pthread_mutex_lock(&r->ranks_mu);
         route_rank_group *g = group_find(r, index);
         if (g && (attempt > 0 || now - g->refreshed_at < r->cfg.rank_refresh_s)) {
+            /* The same workers (caps generation) and the same cache: the
+             * copy the scratch holds is this one. */
+            if (s->ranks_caps_gen && s->ranks_caps_gen == s->caps_gen &&
+                s->ranks_index == index && s->rank_gen == g->gen && s->rank_n == g->n) {
+                pthread_mutex_unlock(&r->ranks_mu);
+                return 0;
+            }
             /* After a refresh a worker still missing registered meanwhile:
              * it is a candidate without ranks until the next refresh. */
+            s->ranks_caps_gen = 0;
             int rc = copy_ranks(s, g, n_workers, attempt > 0);
             if (rc != 1) {
+                /* a lenient copy may have missed a worker: not kept */
+                if (rc == 0 && attempt == 0)
+                    s->ranks_caps_gen = s->caps_gen;
+                s->ranks_index = index;
                 pthread_mutex_unlock(&r->ranks_mu);
                 return rc;
             }

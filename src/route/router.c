@@ -103,6 +103,7 @@ static void scratch_destroy(route_scratch *s)
     free(s->unslotted);
     free(s->costs);
     free(s->split);
+    free(s->member_work);
     free(s->tied);
     free(s);
 }

@@ -279,14 +279,17 @@ static bool near_best(const kvr_route_cost *c, double cost_limit, double credit_
            c->decode_factor <= max_factor + 1e-12;
 }
 
-/* c: n compact candidates standing for mult[i] each. Returns the least
+/* c: n compact candidates standing for sp->mult[i] each (the class's
+ * representative has its members' least recent work). Returns the least
  * recent work's position; when several tie with it, *draw = which of them
- * (in candidate order, tied[i] marking them) the random tie-break takes,
- * else SIZE_MAX. */
-static size_t pick_balanced(kvr_router *r, kvr_route_cost *c, const uint32_t *mult, size_t n,
+ * (in candidate order, tied[i] marking them, and the class's members
+ * within the margin: route_idle_tie) the random tie-break takes, else
+ * SIZE_MAX. */
+static size_t pick_balanced(kvr_router *r, kvr_route_cost *c, route_idle_split *sp, size_t n,
                             double tol, uint64_t isl, kvr_route_reason *reason, bool *tied,
                             size_t *draw)
 {
+    const uint32_t *mult = sp->mult;
     size_t best = 0;
     for (size_t i = 1; i < n; i++)
         if (c[i].cost < c[best].cost)
@@ -317,7 +320,8 @@ static size_t pick_balanced(kvr_router *r, kvr_route_cost *c, const uint32_t *mu
     for (size_t i = 0; i < n; i++) {
         tied[i] = near_best(&c[i], limit, floor_, c[best].decode_factor) &&
                   c[i].recent_work <= c[least].recent_work + 0.5;
-        same += tied[i] ? mult[i] : 0;
+        if (tied[i])
+            same += i == sp->rep ? route_idle_tie(sp, c[least].recent_work + 0.5) : mult[i];
     }
     *draw = same > 1 ? (size_t)(route_rng_next(r) % same) : SIZE_MAX;
     return least;
@@ -422,6 +426,8 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
             route_grow((void **)&s->states, &s->states_cap, need, sizeof *s->states) < 0 ||
             route_grow((void **)&s->unslotted, &s->unslotted_cap, need, sizeof *s->unslotted) < 0 ||
             route_grow((void **)&s->split, &s->split_cap, 3 * need, sizeof *s->split) < 0 ||
+            route_grow((void **)&s->member_work, &s->member_work_cap, need,
+                       sizeof *s->member_work) < 0 ||
             route_grow((void **)&s->tied, &s->tied_cap, need, sizeof *s->tied) < 0)
             st = KVR_ROUTE_NO_MEMORY;
     }
@@ -454,10 +460,11 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
     /* The ttft argmin costs the idle candidates once, as a class
      * (idle_class.c); the other rules, and a decision that reports every
      * candidate's cost, score each one. */
-    route_idle_split sp = {s->split, s->split + n_all, SIZE_MAX, s->split + 2 * n_all, 0};
+    route_idle_split sp = {s->split, s->split + n_all, SIZE_MAX, s->split + 2 * n_all,
+                           s->member_work, 0, -1};
     size_t n;
     if (p.model == KVR_COST_TTFT && !sampled && !req->debug) {
-        n = route_idle_class(&q, s->states, s->entry_profile, &sp);
+        n = route_idle_class(&q, s->states, s->entry_profile, now, &sp);
     } else {
         for (size_t i = 0; i < n_all; i++) {
             sp.at[i] = (uint32_t)i;
@@ -487,7 +494,7 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
     } else {
         if (p.model == KVR_COST_TTFT) {
             size_t draw;
-            pick_at = pick_balanced(r, c, sp.mult, n, r->cfg.tie_tolerance, isl, &reason, s->tied,
+            pick_at = pick_balanced(r, c, &sp, n, r->cfg.tie_tolerance, isl, &reason, s->tied,
                                     &draw);
             size_t drawn_at;
             if (draw != SIZE_MAX &&

@@ -89,6 +89,18 @@ int route_build_profiles(route_scratch *s, size_t n_workers, const kvr_query_req
     bool req_lora = req->lora_name && req->lora_name[0];
     bool has_salt = req->cache_salt && req->cache_salt[0];
     bool vllm_differs = all_hashed && vllm_reading_differs(req);
+    /* A plain request's profiles depend on the workers' caps alone (seed,
+     * eagle) and its length: the same caps copy, the same profiles. */
+    bool plain = !has_media && !req_lora && !has_salt;
+    if (plain && s->caps_gen && s->profiles_caps_gen == s->caps_gen &&
+        s->profiles_index == s->caps_index) {
+        for (size_t p = 0; p < s->n_profiles; p++) {
+            s->profiles[p].n_tokens = (uint32_t)req->n_tokens;
+            s->profiles[p].n_matches = 0;
+        }
+        return 0;
+    }
+    s->profiles_caps_gen = 0;
     s->n_profiles = 0;
     for (size_t w = 0; w < n_workers; w++) {
         const kvr_worker_caps *info = &s->caps[w];
@@ -139,6 +151,10 @@ int route_build_profiles(route_scratch *s, size_t n_workers, const kvr_query_req
             s->n_profiles++;
         }
         s->worker_profile[w] = (uint32_t)p;
+    }
+    if (plain) {
+        s->profiles_caps_gen = s->caps_gen;
+        s->profiles_index = s->caps_index;
     }
     return 0;
 }

@@ -356,6 +356,61 @@ static void test_caps_and_list(void **state)
     kvr_indexer_destroy(ix);
 }
 
+/* caps_list_since copies again exactly when something a caps entry reads
+ * changed: a sentinel written into the copy survives every call between. */
+static bool copied(kvr_indexer *ix, kvr_worker_caps *caps, size_t cap, uint64_t *gen, size_t n)
+{
+    caps[0].worker_id = 999;
+    assert_int_equal(kvr_indexer_caps_list_since(ix, MODEL, NULL, caps, cap, gen), n);
+    return caps[0].worker_id != 999;
+}
+
+static void test_caps_list_since_copies_on_change(void **state)
+{
+    (void)state;
+    kvr_indexer *ix = kvr_indexer_create();
+    kvr_worker_settings s = settings(7, KVR_MM_LEGACY);
+    reg_ok(ix, &s, KVR_REG_CREATED);
+    kvr_worker_caps caps[4];
+    uint64_t gen = 0;
+    assert_true(copied(ix, caps, 4, &gen, 1));
+    assert_true(gen != 0);
+    assert_int_equal(caps[0].worker_id, 7);
+    assert_false(copied(ix, caps, 4, &gen, 1));
+    /* a rank's first batch changes rank_bits; more batches change nothing */
+    kvr_worker *w7 = kvr_indexer_find(ix, MODEL, NULL, 7);
+    kvr_batch empty = batch_of(NULL, 0);
+    kvr_indexer_apply(ix, w7, 3, &empty);
+    assert_true(copied(ix, caps, 4, &gen, 1));
+    assert_true(caps[0].rank_bits == 1u << 3);
+    kvr_indexer_apply(ix, w7, 3, &empty);
+    assert_false(copied(ix, caps, 4, &gen, 1));
+    /* a registration that changes nothing, one that changes a hint */
+    reg_ok(ix, &s, KVR_REG_UNCHANGED);
+    assert_false(copied(ix, caps, 4, &gen, 1));
+    s.prefill_tps = 5000;
+    reg_ok(ix, &s, KVR_REG_UPDATED);
+    assert_true(copied(ix, caps, 4, &gen, 1));
+    assert_true(caps[0].prefill_tps == 5000);
+    assert_true(kvr_indexer_unregister_rank(ix, w7, 3));
+    assert_true(copied(ix, caps, 4, &gen, 1));
+    assert_true(caps[0].rank_bits == 0);
+    /* workers in and out */
+    kvr_worker_settings t = settings(8, KVR_MM_LEGACY);
+    reg_ok(ix, &t, KVR_REG_CREATED);
+    assert_true(copied(ix, caps, 4, &gen, 2));
+    assert_int_equal(caps[1].worker_id, 8);
+    /* too small a buffer: the count, and no generation to keep */
+    assert_int_equal(kvr_indexer_caps_list_since(ix, MODEL, NULL, caps, 1, &gen), 2);
+    assert_true(gen == 0);
+    assert_true(copied(ix, caps, 4, &gen, 2));
+    kvr_indexer_unregister(ix, kvr_indexer_find(ix, MODEL, NULL, 7));
+    assert_true(copied(ix, caps, 4, &gen, 1));
+    assert_int_equal(caps[0].worker_id, 8);
+    assert_int_equal(kvr_indexer_caps_list_since(ix, "nope", NULL, caps, 4, &gen), 0);
+    kvr_indexer_destroy(ix);
+}
+
 static void test_unregister_removes_everything(void **state)
 {
     (void)state;
@@ -427,6 +482,7 @@ int main(void)
         cmocka_unit_test(test_reset_on_changed_settings_clears_worker),
         cmocka_unit_test(test_accepts_mm_hashes_defaults),
         cmocka_unit_test(test_caps_and_list),
+        cmocka_unit_test(test_caps_list_since_copies_on_change),
         cmocka_unit_test(test_unregister_removes_everything),
         cmocka_unit_test(test_rank_count_bounded),
     };

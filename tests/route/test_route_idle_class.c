@@ -3,9 +3,11 @@
  * candidate one by one. Both must choose alike: two routers built the same
  * way (same seed, same clock, same events, same bookings) route the same
  * requests, one without and one with debug, over random fleets, loads,
- * learned rates and registered rates. And the class follows the router's
- * state slots: a load takes a worker out and its release brings it back;
- * booked work keeps it out. */
+ * learned rates and registered rates, half of them fleets where every
+ * worker has been booked (recent work everywhere: the class's members are
+ * told apart by it). And the class follows the router's state slots:
+ * queued prefill or decodes take a worker out and their release brings it
+ * back; the representative is the member with the least recent work. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -117,7 +119,7 @@ static kvr_route_decision route_on(side *s, const uint32_t *tokens, size_t n, co
 }
 
 typedef struct {
-    size_t decisions, balanced, idle_picks;
+    size_t decisions, balanced, idle_picks, worked_idle_picks;
     uint64_t picked[128];
 } tally;
 
@@ -140,23 +142,48 @@ static void route_both(fx *f, const char *id, uint64_t pin, tally *t)
     t->decisions++;
     t->balanced += da.reason == KVR_REASON_BALANCED;
     for (size_t i = 0; i < db.n_costs; i++)
-        if (db.costs[i].worker_id == db.worker_id && db.costs[i].dp_rank == db.dp_rank)
-            t->idle_picks += db.costs[i].disk_blocks == 0 && db.costs[i].recent_work == 0 &&
-                             db.costs[i].queued_tokens == 0 && db.costs[i].active_decode_blocks == 0;
+        if (db.costs[i].worker_id == db.worker_id && db.costs[i].dp_rank == db.dp_rank &&
+            db.costs[i].disk_blocks == 0 && db.costs[i].queued_tokens == 0 &&
+            db.costs[i].decode_factor == 1.0) {
+            t->idle_picks += db.costs[i].recent_work == 0;
+            t->worked_idle_picks += db.costs[i].recent_work > 0;
+        }
     if (da.worker_id < 128)
         t->picked[da.worker_id]++;
     kvr_route_decision_free(&db);
+}
+
+/* Books a cold prompt on every worker and frees it, a random while
+ * apart: every worker has recent work, each its own amount, and no load. */
+static void book_everyone(fx *f, uint32_t workers)
+{
+    for (uint32_t w = 1; w <= workers; w++) {
+        char id[16];
+        snprintf(id, sizeof id, "warm%u", w);
+        size_t n = 8 + below(f, FAMILY_TOKENS - 8);
+        kvr_route_decision da = route_on(&f->a, f->tokens[FAMILIES], n, id, w, false);
+        kvr_route_decision db = route_on(&f->b, f->tokens[FAMILIES], n, id, w, true);
+        assert_true(da.worker_id == w && db.worker_id == w);
+        kvr_route_decision_free(&db);
+        assert_int_equal(kvr_router_release(f->a.r, id), KVR_ROUTE_OK);
+        assert_int_equal(kvr_router_release(f->b.r, id), KVR_ROUTE_OK);
+        f->now += below(f, 3) ? 0 : below(f, 60000) / 1000.0;
+    }
 }
 
 static void test_class_picks_as_every_candidate(void **state)
 {
     (void)state;
     tally t = {0};
-    for (uint64_t trial = 1; trial <= 60; trial++) {
+    for (uint64_t trial = 1; trial <= 80; trial++) {
         fx *f = make(trial);
         uint32_t workers = 2 + below(f, 90);
         for (uint32_t w = 1; w <= workers; w++)
             random_worker(f, w);
+        /* half the fleets: every worker booked before (the class then
+         * tells its members apart by recent work alone) */
+        if (trial % 2 == 0)
+            book_everyone(f, workers);
         char live[64][16];
         size_t n_live = 0;
         for (int step = 0; step < 120; step++) {
@@ -191,12 +218,14 @@ static void test_class_picks_as_every_candidate(void **state)
     assert_true(t.decisions > 3000);
     assert_true(t.balanced > t.decisions / 10);
     assert_true(t.idle_picks > t.decisions / 10);
+    assert_true(t.worked_idle_picks > t.decisions / 10);
     assert_true(distinct > 60);
 }
 
 /* The idle class of a request of n tokens, as kvr_route builds it from the
  * router's slots: member worker ids into ids, their count returned. */
-static size_t idle_members(side *sd, const uint32_t *tokens, size_t n, uint64_t *ids, size_t cap)
+static size_t idle_members(side *sd, const uint32_t *tokens, size_t n, uint64_t *ids, size_t cap,
+                           uint64_t *rep)
 {
     kvr_query_request rq = rt_request(tokens, n, NULL, 0);
     kvr_query_result q;
@@ -215,30 +244,37 @@ static size_t idle_members(side *sd, const uint32_t *tokens, size_t n, uint64_t 
     for (size_t i = 0; i < ne; i++)
         st[i] = route_slot_get(&sd->r->bk, slots, s->entry_slot[i], (uintptr_t)idx,
                                q.entries[i].worker_id, q.entries[i].dp_rank, &tmp[i]);
-    route_idle_split sp = {split, split + ne, SIZE_MAX, split + 2 * ne, 0};
-    route_idle_class(&q, st, s->entry_profile, &sp);
+    double *work = calloc(ne, sizeof *work);
+    assert_non_null(work);
+    route_idle_split sp = {split, split + ne, SIZE_MAX, split + 2 * ne, work, 0, -1};
+    route_idle_class(&q, st, s->entry_profile, sd->r->cfg.clock(sd->r->cfg.clock_ud), &sp);
     size_t m = sp.n_members < cap ? sp.n_members : cap;
     for (size_t i = 0; i < m; i++)
         ids[i] = q.entries[sp.members[i]].worker_id;
+    *rep = sp.rep != SIZE_MAX ? q.entries[sp.at[sp.rep]].worker_id : 0;
     for (size_t i = 0; i < ne; i++) /* bound slots, as kvr_route reads them */
         assert_true(st[i] != &tmp[i]);
     pthread_mutex_unlock(&sd->r->mu);
     free(st);
     free(tmp);
     free(split);
+    free(work);
     route_scratch_release(sd->r, s);
     kvr_query_result_free(&q);
     return sp.n_members;
 }
 
+/* The class of the request: its members in candidate order, and the
+ * representative (the least recent work). */
 static void expect_members(side *sd, const uint32_t *tokens, size_t n, const uint64_t *want,
-                           size_t n_want)
+                           size_t n_want, uint64_t want_rep)
 {
-    uint64_t got[8];
-    size_t m = idle_members(sd, tokens, n, got, 8);
+    uint64_t got[8], rep;
+    size_t m = idle_members(sd, tokens, n, got, 8, &rep);
     assert_int_equal(m, n_want);
     for (size_t i = 0; i < n_want; i++)
         assert_int_equal(got[i], want[i]);
+    assert_int_equal(rep, want_rep);
 }
 
 static void test_class_follows_slot_changes(void **state)
@@ -258,21 +294,38 @@ static void test_class_follows_slot_changes(void **state)
     const uint32_t *cold = f->tokens[FAMILIES]; /* cached nowhere */
     kvr_route_decision d = route_on(sd, cold, 300, NULL, 0, false); /* binds the slots */
     const uint64_t all[] = {1, 2, 3, 4}, but1[] = {2, 3, 4}, but2[] = {1, 3, 4};
-    expect_members(sd, cold, 300, all, 4);
-    /* family 0 on worker 1 is wholly cached: its booking adds a load and
-     * no work. The load takes 1 out of the cold request's class ... */
+    expect_members(sd, cold, 300, all, 4, 1);
+    /* family 0 on worker 1 is wholly cached: its booking adds a load with
+     * nothing to prefill, which the model costs as none: 1 stays in the
+     * cold request's class ... */
     d = route_on(sd, f->tokens[0], FAMILY_TOKENS, "whole", 1, false);
     assert_int_equal(d.booked_prefill_tokens, 0);
-    expect_members(sd, cold, 300, but1, 3);
-    /* ... and its release brings it back (no recent work, no rate). */
+    expect_members(sd, cold, 300, all, 4, 1);
+    /* ... until it decodes (its decodes slow the worker's prefill) ... */
+    assert_int_equal(kvr_router_prefill_done(sd->r, "whole"), KVR_ROUTE_OK);
+    expect_members(sd, cold, 300, but1, 3, 2);
+    /* ... and its release brings it back. */
     assert_int_equal(kvr_router_release(sd->r, "whole"), KVR_ROUTE_OK);
-    expect_members(sd, cold, 300, all, 4);
-    /* Booked prefill is recent work: 2 stays out after its release. */
+    expect_members(sd, cold, 300, all, 4, 1);
+    /* Queued prefill takes 2 out; once freed its recent work keeps it in
+     * the class, but never as the representative while others have less. */
     d = route_on(sd, cold, 300, "work", 2, false);
     assert_true(d.booked_prefill_tokens > 0);
-    expect_members(sd, cold, 300, but2, 3);
+    expect_members(sd, cold, 300, but2, 3, 1);
     assert_int_equal(kvr_router_release(sd->r, "work"), KVR_ROUTE_OK);
-    expect_members(sd, cold, 300, but2, 3);
+    expect_members(sd, cold, 300, all, 4, 1);
+    /* 1, 3 and 4 book more than 2 did: once 1 and 3 are freed (4 still
+     * queued), 2 represents 1, 2 and 3; with 4 freed too, all four. */
+    const uint64_t but4[] = {1, 2, 3};
+    d = route_on(sd, cold, 400, "w1", 1, false);
+    d = route_on(sd, cold, 400, "w3", 3, false);
+    d = route_on(sd, cold, 400, "w4", 4, false);
+    assert_int_equal(d.booked_prefill_tokens, 400);
+    assert_int_equal(kvr_router_release(sd->r, "w1"), KVR_ROUTE_OK);
+    assert_int_equal(kvr_router_release(sd->r, "w3"), KVR_ROUTE_OK);
+    expect_members(sd, cold, 300, but4, 3, 2);
+    assert_int_equal(kvr_router_release(sd->r, "w4"), KVR_ROUTE_OK);
+    expect_members(sd, cold, 300, all, 4, 2);
     done(f);
 }
 
