@@ -338,7 +338,8 @@ int kvr_tree_split(struct kvr_index *idx, uint32_t at);
 /* Gives the owner `entry` (0: none) on blocks [b, b + k), which lie in one
  * run: splits the run where the range ends, changes the set of the range,
  * merges neighbours left with equal owners, reclaims the range's subtree
- * when no owner is left. Ownership counters follow. -1 on OOM (nothing
+ * when no owner is left (a run's one owner leaving its end cuts the run in
+ * place, without a split). Ownership counters follow. -1 on OOM (nothing
  * changed). */
 int kvr_tree_set_range(struct kvr_index *idx, uint32_t b, uint32_t k, uint32_t owner,
                        uint32_t entry);

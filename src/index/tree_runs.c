@@ -295,13 +295,10 @@ static void push(kvr_index *idx, size_t *sp, uint32_t r)
 
 #define STACK_MIN 64u
 
-/* Run `top` lost its last owner: it and its whole subtree are unreachable
- * by any match. Free them, dropping what other owners hold in the subtree
- * (their exception handles too), so nothing leaks and a later store under
- * such a handle is a parent_not_found like any unknown parent. */
-static void reclaim(kvr_index *idx, uint32_t top)
+/* Frees run `top` and its subtree (reclaim), leaving the chunks and the
+ * parent's remaining children as they are. */
+static void reclaim_subtree(kvr_index *idx, uint32_t top)
 {
-    uint32_t parent = KVR_RUN(idx, top).parent;
     child_unlink(idx, top);
     size_t sp = 0;
     push(idx, &sp, top);
@@ -339,11 +336,41 @@ static void reclaim(kvr_index *idx, uint32_t top)
             idx->stack_cap = STACK_MIN;
         }
     }
+}
+
+/* Run `top` lost its last owner: it and its whole subtree are unreachable
+ * by any match. Free them, dropping what other owners hold in the subtree
+ * (their exception handles too), so nothing leaks and a later store under
+ * such a handle is a parent_not_found like any unknown parent. */
+static void reclaim(kvr_index *idx, uint32_t top)
+{
+    uint32_t parent = KVR_RUN(idx, top).parent;
+    reclaim_subtree(idx, top);
     kvr_tree_sync_chunks(idx);
     /* the parent may be left with one child it can merge with */
     uint32_t c = KVR_RUN(idx, KVR_RUNOF(idx, parent)).first_child;
     if (c && !kvr_run_next(&KVR_RUN(idx, c)))
         merge_up(idx, c);
+}
+
+/* Blocks [at, end) of run r, the end of the run, lose their one owner
+ * (leaf-first eviction): they and the subtree below them go, and the run
+ * keeps its head and its set. A split there and the reclamation of the
+ * split-off run cost a run id, a child-table slot and a set reference
+ * made only to be undone. No merge follows: the run's parent and set are
+ * unchanged, and it has no children left. */
+static void cut_tail(kvr_index *idx, uint32_t r, uint32_t at)
+{
+    uint32_t c;
+    while ((c = KVR_RUN(idx, r).first_child))
+        reclaim_subtree(idx, c);
+    kvr_run *R = &KVR_RUN(idx, r);
+    uint32_t end = kvr_run_end(R);
+    for (uint32_t b = at; b < end; b++)
+        kvr_tree_engine_del(idx, b);
+    kvr_ids_put_range(&idx->block_ids, at, end - at);
+    R->len = at - R->start;
+    kvr_tree_sync_chunks(idx);
 }
 
 int kvr_tree_set_range(kvr_index *idx, uint32_t b, uint32_t k, uint32_t owner, uint32_t entry)
@@ -352,6 +379,23 @@ int kvr_tree_set_range(kvr_index *idx, uint32_t b, uint32_t k, uint32_t owner, u
     uint32_t old = kvr_osets_find(&idx->sets, KVR_RUN(idx, r).set, owner);
     if (old == entry)
         return 0;
+    if (!entry && kvr_osets_get(&idx->sets, KVR_RUN(idx, r).set)->len == 1 &&
+        b + k == kvr_run_end(&KVR_RUN(idx, r))) {
+        /* the run's one owner leaves its end (or all of it): no set to
+         * intern, no split */
+        idx->ownerships -= k;
+        idx->owners[owner].blocks -= k;
+        kvr_run *R = &KVR_RUN(idx, r);
+        if (b > R->start) {
+            cut_tail(idx, r, b);
+            return 0;
+        }
+        set_unlink(idx, r);
+        kvr_osets_unref(&idx->sets, R->set);
+        R->set = KVR_OSET_EMPTY;
+        reclaim(idx, r);
+        return 0;
+    }
     if (b > KVR_RUN(idx, r).start && kvr_tree_split(idx, b) < 0)
         return -1;
     r = KVR_RUNOF(idx, b);

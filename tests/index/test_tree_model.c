@@ -25,6 +25,7 @@ static uint64_t rng_next(uint64_t *s)
  * purpose: many equal locals at different places in the tree). Engine hash:
  * a chain over the path, differing per owner for odd owners. */
 static bool collide; /* engine hashes reused for other content */
+static bool leaf_first; /* removals name the blocks deepest first, as engines evict */
 
 static size_t random_path(uint64_t *rng, int owner, uint64_t *loc, uint64_t *eng)
 {
@@ -90,6 +91,12 @@ static void random_ops(kvr_index *idx, const kvr_owner *ids, tm_model *m, uint64
             assert_int_equal(r == KVR_DROP_NONE ? 0 : -1, mr);
         } else if (op < 85) {
             size_t k = rng_next(&rng) % n;
+            if (leaf_first)
+                for (size_t i = k, j = n - 1; i < j; i++, j--) {
+                    uint64_t t = eng[i];
+                    eng[i] = eng[j];
+                    eng[j] = t;
+                }
             size_t got = kvr_index_remove(idx, ids[o], (kvr_tier)tier, eng + k, n - k);
             assert_int_equal(got, tm_remove(m, o, tier, eng + k, n - k));
         } else if (op < 87) {
@@ -151,6 +158,16 @@ static void test_random_hash_reuse_against_model(void **state)
     collide = true;
     run_against_model(11, 14, 4000);
     collide = false;
+}
+
+/* Leaf-first removals: a sole owner's removal of a run's end cuts the run
+ * in place (tree_runs.c cut_tail), with whatever hangs below. */
+static void test_random_leaf_first_removals_against_model(void **state)
+{
+    (void)state;
+    leaf_first = true;
+    run_against_model(21, 26, 6000);
+    leaf_first = false;
 }
 
 typedef struct {
@@ -426,6 +443,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random_against_model),
         cmocka_unit_test(test_random_hash_reuse_against_model),
+        cmocka_unit_test(test_random_leaf_first_removals_against_model),
         cmocka_unit_test(test_dump_round_trip),
         cmocka_unit_test(test_dump_chains),
         cmocka_unit_test(test_concurrent_match_sees_whole_events),

@@ -233,6 +233,58 @@ static void test_batched_removals_count_as_one_by_one(void **state)
     kvr_index_destroy(idx);
 }
 
+/* The one owner of a run evicting its end (leaf first) cuts the run in
+ * place: the head keeps its run id, no run id is handed out, and what
+ * hangs below the cut (two branches, one of them another owner's) goes
+ * with it, counters too. Splitting first gave the longer tail the old id,
+ * so the head came out of it under a new one. */
+static void test_tail_eviction_cuts_the_run_in_place(void **state)
+{
+    (void)state;
+    kvr_index *idx = kvr_index_create();
+    kvr_owner a = kvr_index_owner(idx, 1, 0), b = kvr_index_owner(idx, 2, 0);
+    chain(idx, a, false, 0, 100, 0, 10);
+    uint32_t r = KVR_RUNOF(idx, 1);
+    /* two branches under block 10: a's local 50.., and b's local 70..,
+     * left there when b let go of the chain above it */
+    assert_int_equal(chain(idx, a, true, 110, 200, 50, 3), KVR_DROP_NONE);
+    assert_int_equal(chain(idx, b, false, 0, 100, 0, 10), KVR_DROP_NONE);
+    assert_int_equal(chain(idx, b, true, 110, 300, 70, 2), KVR_DROP_NONE);
+    uint64_t fwd[10] = {101, 102, 103, 104, 105, 106, 107, 108, 109, 110};
+    assert_int_equal(kvr_index_remove(idx, b, G, fwd, 10), 0);
+    assert_int_equal(KVR_RUNOF(idx, 1), r);
+    assert_int_equal(runs(idx), 3);
+    assert_int_equal(idx->owners[b].blocks, 2);
+    uint32_t run_top = idx->run_ids.top;
+    uint64_t rev[7] = {110, 109, 108, 107, 106, 105, 104};
+    assert_int_equal(kvr_index_remove(idx, a, G, rev, 7), 0);
+    assert_int_equal(KVR_RUNOF(idx, 1), r);
+    assert_int_equal(KVR_RUN(idx, r).len, 3);
+    assert_int_equal(KVR_RUN(idx, r).first_child, KVR_NIL);
+    assert_int_equal(runs(idx), 1);
+    assert_true(idx->run_ids.top <= run_top);
+    kvr_index_stats st;
+    kvr_index_stats_get(idx, &st);
+    assert_int_equal(st.nodes, 3);
+    assert_int_equal(st.ownerships, 3);
+    assert_int_equal(idx->owners[a].blocks, 3);
+    assert_int_equal(idx->owners[b].blocks, 0);
+    assert_int_equal(gpu_of(idx, a, 0, 10), 3);
+    /* the freed ids are taken again by a continuation, in the same run */
+    assert_int_equal(chain(idx, a, true, 103, 103, 3, 4), KVR_DROP_NONE);
+    assert_int_equal(runs(idx), 1);
+    assert_int_equal(KVR_RUN(idx, r).len, 7);
+    assert_int_equal(gpu_of(idx, a, 0, 10), 7);
+    /* the whole run by its one owner: nothing left */
+    uint64_t all[7] = {107, 106, 105, 104, 103, 102, 101};
+    assert_int_equal(kvr_index_remove(idx, a, G, all, 7), 0);
+    kvr_index_stats_get(idx, &st);
+    assert_int_equal(st.nodes, 0);
+    assert_int_equal(st.ownerships, 0);
+    assert_int_equal(runs(idx), 0);
+    kvr_index_destroy(idx);
+}
+
 /* A match ctx rewrites only the counters that can differ from its last
  * result when the first set and its depth are the same: owners that
  * continued past the shared prefix last time and not now (and the other
@@ -275,6 +327,7 @@ int main(void)
         cmocka_unit_test(test_clear_of_many_runs_across_chunks),
         cmocka_unit_test(test_duplicate_creator_hashes_are_counted),
         cmocka_unit_test(test_batched_removals_count_as_one_by_one),
+        cmocka_unit_test(test_tail_eviction_cuts_the_run_in_place),
         cmocka_unit_test(test_reused_counters_follow_the_walk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
