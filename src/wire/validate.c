@@ -53,6 +53,84 @@ skip_scalars(const char **cur, const char *end, uint64_t n)
     return k;
 }
 
+/* An array header (fixarray or array 16, the forms engines send for hashes,
+ * tokens and events) at *cur: its count, *cur past it; false, *cur
+ * untouched, for any other item. */
+static inline __attribute__((always_inline)) bool
+take_array_header(const char **cur, const char *end, uint64_t *n)
+{
+    const char *p = *cur;
+    unsigned char c = (unsigned char)*p;
+    if ((c & 0xf0) == 0x90) {
+        *n = c & 0x0f;
+        *cur = p + 1;
+        return true;
+    }
+    if (c == 0xdc && end - p >= 3) {
+        p++;
+        *n = mp_load_u16(&p);
+        *cur = p;
+        return true;
+    }
+    return false;
+}
+
+/* Steps over the leading items of the next n that are scalars or arrays of
+ * scalars, the arrays one level deeper (the caller checked the depth bound
+ * has room for it); returns how many. An array holding anything else is
+ * left whole to the walk (*cur back at its header), so every count taken
+ * here was honest: all its elements lay inside [*cur, end). */
+static inline __attribute__((always_inline)) uint64_t
+skip_flat1(const char **cur, const char *end, uint64_t n)
+{
+    uint64_t k = 0;
+    for (;;) {
+        k += skip_scalars(cur, end, n - k);
+        const char *item = *cur;
+        uint64_t m;
+        if (k == n || item >= end || !take_array_header(cur, end, &m))
+            return k;
+        if (skip_scalars(cur, end, m) != m) {
+            *cur = item;
+            return k;
+        }
+        k++;
+    }
+}
+
+/* As skip_flat1 one level deeper: items that are scalars or arrays of
+ * what skip_flat1 steps over (a batch's events array: every tagged event
+ * with its hash and token arrays), two levels the caller checked room for. */
+static inline __attribute__((always_inline)) uint64_t
+skip_flat2(const char **cur, const char *end, uint64_t n)
+{
+    uint64_t k = 0;
+    for (;;) {
+        k += skip_scalars(cur, end, n - k);
+        const char *item = *cur;
+        uint64_t m;
+        if (k == n || item >= end || !take_array_header(cur, end, &m))
+            return k;
+        if (skip_flat1(cur, end, m) != m) {
+            *cur = item;
+            return k;
+        }
+        k++;
+    }
+}
+
+/* The leading items of the next n, at depth `depth`, that need no trip
+ * through the walk's loop: as deep as the depth bound leaves room for. */
+static inline __attribute__((always_inline)) uint64_t
+skip_items(const char **cur, const char *end, uint64_t n, unsigned depth)
+{
+    if (depth + 2 <= KVR_WIRE_MAX_DEPTH)
+        return skip_flat2(cur, end, n);
+    if (depth + 1 <= KVR_WIRE_MAX_DEPTH)
+        return skip_flat1(cur, end, n);
+    return skip_scalars(cur, end, n);
+}
+
 /* Iterative walk over msgpuck's own item boundaries (mp_parser_hint, the
  * table mp_check steps with, so both see the same items): rem is the number
  * of elements still to read in the container open at depth `depth` (depth
@@ -72,7 +150,7 @@ static kvr_batch_error walk(const char *p, const char *end, kvr_wire_top *top)
                 return cur == end ? KVR_BATCH_OK : KVR_BATCH_INVALID_MSGPACK;
             rem = left[--depth];
             if (depth >= 2)
-                rem -= skip_scalars(&cur, end, rem);
+                rem -= skip_items(&cur, end, rem, depth);
             continue;
         }
         rem--;
@@ -128,9 +206,9 @@ static kvr_batch_error walk(const char *p, const char *end, kvr_wire_top *top)
         left[depth++] = rem;
         rem = n;
         /* deeper than the top container's elements, no position is noted:
-         * scalars there need no trip through the loop */
+         * scalars and flat arrays there need no trip through the loop */
         if (depth >= 2)
-            rem -= skip_scalars(&cur, end, n);
+            rem -= skip_items(&cur, end, n, depth);
     }
 }
 
