@@ -24,7 +24,7 @@ static bool idle(const kvr_query_entry *e, const route_slot *st)
     const route_load *l = st->load;
     return !e->gpu_blocks && !e->cpu_blocks && !e->disk_blocks &&
            (!l || (l->prefill_tokens == 0 && l->decode_context == 0)) &&
-           !(route_rate_measured(st->rate) > 0);
+           (!st->rate || !(route_rate_measured(st->rate) > 0));
 }
 
 size_t route_idle_class(const kvr_query_result *q, const route_slot *const *st,
@@ -46,7 +46,8 @@ size_t route_idle_class(const kvr_query_result *q, const route_slot *const *st,
                 out->mult[n++] = 0; /* counted below */
             }
             if (first || (e->prefill_tps == tps && entry_profile[i] == profile)) {
-                double w = route_rate_recent_work(st[i]->rate, now);
+                const route_rate *rt = st[i]->rate;
+                double w = rt && rt->work > 0 ? route_rate_recent_work(rt, now) : 0;
                 /* the representative: the least work, the first of equals
                  * (the full loop's argmin keeps the first) */
                 if (first || w < least) {

@@ -327,8 +327,6 @@ void route_approx_stats(route_approxes *a, uint64_t *stores, uint64_t *blocks);
 
 /* ---- per-request scratch (router.c pool) --------------------------------- */
 
-#define KVR_ROUTE_WORKER_WORDS 64u /* 4,096 bits: 3 % false hits at 128 matched workers */
-
 typedef struct {
     uint64_t seed;
     bool eagle;
@@ -339,16 +337,12 @@ typedef struct {
     size_t n_blocks, hashes_cap;
     kvr_match_entry *matches; /* copied out of the match ctx */
     size_t n_matches, cap;
-    /* Matches by worker: the first one's index, then same_worker[i] links
+    /* A worker's matches (one per rank): its first one's index is
+     * route_scratch.first_match[its caps entry], then same_worker[i] links
      * the next (UINT32_MAX ends). A fleet of W workers has up to W matches
      * and W candidates; a scan per candidate would cost W^2. */
-    kvr_u64map by_worker;
     uint32_t *same_worker;
     size_t same_worker_cap;
-    /* A bit per hashed worker id of the matches: most workers of a large
-     * group match nothing, and this tells most of them so without the
-     * map lookup (route_profile_first_match). */
-    uint64_t worker_bits[KVR_ROUTE_WORKER_WORDS];
 } route_profile;
 
 typedef struct {
@@ -393,6 +387,17 @@ typedef struct route_scratch {
     uint64_t ranks_caps_gen;
     uint32_t *worker_profile; /* per caps entry: profile index */
     size_t wp_cap;
+    /* Per caps entry: its first match in its profile's matches, valid when
+     * match_stamp equals stamp (this request's; route_link_matches). The
+     * caps entry of a match's worker comes from caps_pos (worker id ->
+     * caps entry), built once per caps copy (caps_pos_gen): a lookup per
+     * match, none per worker. */
+    uint32_t *first_match, *match_stamp;
+    size_t first_match_cap, match_stamp_cap;
+    uint32_t stamp;
+    kvr_u64map caps_pos;
+    uint64_t caps_pos_gen;
+    uintptr_t caps_pos_index;
     /* worker_profile and profiles were built for a plain request (no
      * media, LoRA or salt) from caps at this generation of this group
      * (0: not reusable; route_build_profiles) */
@@ -468,14 +473,14 @@ kvr_route_status route_validate(const kvr_query_request *req, char *err, size_t 
 /* Fills s->profiles / s->worker_profile for the n workers in s->caps. */
 int route_build_profiles(route_scratch *s, size_t n_workers, const kvr_query_request *req);
 /* Hashes and matches every profile once. -1 on out of memory. */
-/* The first match of worker_id in the profile, UINT32_MAX if none; the
- * others follow through pr->same_worker. */
-static inline uint32_t route_profile_first_match(const route_profile *pr, uint64_t worker_id)
+/* Links each caps entry's matches, in match order, for every profile
+ * (first_match, same_worker). -1 on out of memory. */
+int route_link_matches(route_scratch *s, size_t n_workers);
+/* The first match of caps entry w in its profile, UINT32_MAX if none; the
+ * others follow through same_worker. */
+static inline uint32_t route_first_match(const route_scratch *s, size_t w)
 {
-    uint64_t h = kvr_mix64(worker_id), i;
-    if (!(pr->worker_bits[h >> 6 & (KVR_ROUTE_WORKER_WORDS - 1)] >> (h & 63) & 1))
-        return UINT32_MAX;
-    return kvr_u64map_get(&pr->by_worker, worker_id, &i) ? (uint32_t)i : UINT32_MAX;
+    return s->match_stamp[w] == s->stamp ? s->first_match[w] : UINT32_MAX;
 }
 int route_match_profiles(route_scratch *s, kvr_index *idx, uint32_t block_size,
                          const kvr_query_request *req);

@@ -39,8 +39,54 @@ static long list_workers(kvr_router *r, route_scratch *s, uintptr_t index, const
     }
 }
 
+int route_link_matches(route_scratch *s, size_t n_workers)
+{
+    size_t need = n_workers ? n_workers : 1;
+    if (route_grow((void **)&s->first_match, &s->first_match_cap, need, sizeof *s->first_match) < 0)
+        return -1;
+    size_t old_cap = s->match_stamp_cap;
+    if (route_grow((void **)&s->match_stamp, &s->match_stamp_cap, need, sizeof *s->match_stamp) < 0)
+        return -1;
+    if (s->match_stamp_cap != old_cap)
+        memset(s->match_stamp + old_cap, 0, (s->match_stamp_cap - old_cap) * sizeof *s->match_stamp);
+    if (s->caps_pos_gen != s->caps_gen || s->caps_pos_index != s->caps_index) {
+        s->caps_pos_gen = 0;
+        kvr_u64map_reset(&s->caps_pos);
+        for (size_t w = 0; w < n_workers; w++)
+            if (kvr_u64map_put(&s->caps_pos, s->caps[w].worker_id, w) < 0)
+                return -1;
+        s->caps_pos_gen = s->caps_gen;
+        s->caps_pos_index = s->caps_index;
+    }
+    if (++s->stamp == 0) { /* wrapped: no stale stamp may equal the new one */
+        memset(s->match_stamp, 0, s->match_stamp_cap * sizeof *s->match_stamp);
+        s->stamp = 1;
+    }
+    for (size_t p = 0; p < s->n_profiles; p++) {
+        route_profile *pr = &s->profiles[p];
+        size_t n = pr->n_matches;
+        if (route_grow((void **)&pr->same_worker, &pr->same_worker_cap, n ? n : 1,
+                       sizeof *pr->same_worker) < 0)
+            return -1;
+        for (size_t i = n; i-- > 0;) {
+            uint64_t w;
+            /* a worker not registered (dump-loaded state), or one scored
+             * with another profile: not its candidates' overlap */
+            if (!kvr_u64map_get(&s->caps_pos, pr->matches[i].worker_id, &w) || w >= n_workers ||
+                s->worker_profile[w] != p) {
+                pr->same_worker[i] = UINT32_MAX;
+                continue;
+            }
+            pr->same_worker[i] = route_first_match(s, w);
+            s->first_match[w] = (uint32_t)i;
+            s->match_stamp[w] = s->stamp;
+        }
+    }
+    return 0;
+}
+
 /* The match of dp_rank among the worker's matches (from first, its first
- * one: route_profile_first_match, looked up once per worker). */
+ * one: route_first_match, looked up once per worker). */
 static const kvr_match_entry *find_match(const route_profile *pr, uint32_t first,
                                          uint32_t dp_rank)
 {
@@ -79,23 +125,19 @@ typedef struct {
     double now;
 } approx_ctx;
 
-static void add_entry(kvr_query_result *out, route_scratch *s, const kvr_worker_caps *c,
-                      uint32_t profile, uint32_t first, uint32_t dp_rank, bool rank_seen,
-                      uint32_t slot, const approx_ctx *ax)
+/* Appends candidate (worker c, dp_rank): base holds the worker's fields. */
+static inline void add_entry(kvr_query_result *out, route_scratch *s, const kvr_query_entry *base,
+                             const kvr_worker_caps *c, const route_profile *pr, uint32_t profile,
+                             uint32_t first, uint32_t dp_rank, bool rank_seen, uint32_t slot,
+                             const approx_ctx *ax)
 {
-    const route_profile *pr = &s->profiles[profile];
-    s->entry_profile[out->n_entries] = profile;
-    s->entry_slot[out->n_entries] = slot;
-    kvr_query_entry *e = &out->entries[out->n_entries++];
-    memset(e, 0, sizeof *e);
-    e->worker_id = c->worker_id;
+    size_t at = out->n_entries++;
+    s->entry_profile[at] = profile;
+    s->entry_slot[at] = slot;
+    kvr_query_entry *e = &out->entries[at];
+    *e = *base;
     e->dp_rank = dp_rank;
     e->rank_seen = rank_seen;
-    e->routing_tokens = pr->n_tokens;
-    e->seq_kind = pr->kind;
-    e->forward_mm_hashes = pr->kind == KVR_SEQ_MM_PADDED;
-    e->engine = c->engine;
-    e->prefill_tps = c->prefill_tps;
     if (approximate(c, dp_rank)) {
         e->approximate = true;
         e->gpu_blocks = e->cpu_blocks = e->disk_blocks =
@@ -104,7 +146,7 @@ static void add_entry(kvr_query_result *out, route_scratch *s, const kvr_worker_
                               c->kv_events == KVR_KV_EVENTS_OFF ? 0 : KVR_ROUTE_APPROX_GRACE_S);
         return;
     }
-    const kvr_match_entry *m = find_match(pr, first, dp_rank);
+    const kvr_match_entry *m = first != UINT32_MAX ? find_match(pr, first, dp_rank) : NULL;
     if (m) {
         e->gpu_blocks = m->gpu_blocks;
         e->cpu_blocks = m->cpu_blocks;
@@ -119,21 +161,28 @@ static void add_worker(kvr_query_result *out, route_scratch *s, size_t w, const 
     const kvr_worker_caps *c = &s->caps[w];
     uint32_t prof = s->worker_profile[w];
     const route_profile *pr = &s->profiles[prof];
-    uint32_t first = pr->n_matches ? route_profile_first_match(pr, c->worker_id) : UINT32_MAX;
-    for (uint32_t k = 0; k < s->spans[w].n; k++)
-        add_entry(out, s, c, prof, first, s->ranks[s->spans[w].off + k], true,
-                  s->rank_pos[s->spans[w].off + k], ax);
-    bool zero_listed = s->spans[w].n == 0;
+    uint32_t first = route_first_match(s, w);
+    const kvr_query_entry base = {.worker_id = c->worker_id,
+                                  .routing_tokens = pr->n_tokens,
+                                  .seq_kind = pr->kind,
+                                  .forward_mm_hashes = pr->kind == KVR_SEQ_MM_PADDED,
+                                  .engine = c->engine,
+                                  .prefill_tps = c->prefill_tps};
+    const route_rank_span span = s->spans[w];
+    const uint32_t *ranks = s->ranks + span.off, *pos = s->rank_pos + span.off;
+    for (uint32_t k = 0; k < span.n; k++)
+        add_entry(out, s, &base, c, pr, prof, first, ranks[k], true, pos[k], ax);
+    bool zero_listed = span.n == 0;
     for (uint32_t i = first; i != UINT32_MAX; i = pr->same_worker[i]) {
         const kvr_match_entry *m = &pr->matches[i];
         if (has_rank(s, w, m->dp_rank))
             continue;
         if (m->dp_rank == 0)
             zero_listed = false;
-        add_entry(out, s, c, prof, first, m->dp_rank, true, KVR_ROUTE_NO_SLOT, ax);
+        add_entry(out, s, &base, c, pr, prof, first, m->dp_rank, true, KVR_ROUTE_NO_SLOT, ax);
     }
     if (zero_listed)
-        add_entry(out, s, c, prof, first, 0, false, s->spans[w].none_pos, ax);
+        add_entry(out, s, &base, c, pr, prof, first, 0, false, span.none_pos, ax);
 }
 
 static kvr_route_status fail(kvr_query_result *out, kvr_route_status st, const char *msg)
@@ -179,7 +228,7 @@ kvr_route_status route_query(kvr_router *r, const kvr_query_request *req, kvr_qu
         return unknown_model(out, req->model_name, group);
     }
     if (nw < 0 || route_build_profiles(s, (size_t)nw, req) < 0 ||
-        route_match_profiles(s, idx, bs, req) < 0 ||
+        route_match_profiles(s, idx, bs, req) < 0 || route_link_matches(s, (size_t)nw) < 0 ||
         route_ranks_snapshot(r, s, (uintptr_t)idx, req->model_name, group, (size_t)nw) < 0) {
         route_scratch_release(r, s);
         return fail(out, KVR_ROUTE_NO_MEMORY, "out of memory");

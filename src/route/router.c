@@ -92,7 +92,6 @@ static void scratch_destroy(route_scratch *s)
         free(s->profiles[i].matches);
         free(s->profiles[i].hashes);
         free(s->profiles[i].same_worker);
-        kvr_u64map_free(&s->profiles[i].by_worker);
     }
     free(s->profiles);
     free(s->padded[0]);
@@ -104,6 +103,9 @@ static void scratch_destroy(route_scratch *s)
     free(s->costs);
     free(s->split);
     free(s->member_work);
+    free(s->first_match);
+    free(s->match_stamp);
+    kvr_u64map_free(&s->caps_pos);
     free(s->tied);
     free(s);
 }

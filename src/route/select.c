@@ -24,6 +24,7 @@ typedef struct {
     bool unclamped;
     double cut_w;
     double decode_share, max_slowdown, recompute_weight;
+    bool report; /* fill the costs' figures only a debug decision shows */
 } cost_params;
 
 /* SPEC §8 / Dynamo: credit and cost of a candidate whose overlaps and load
@@ -161,7 +162,10 @@ static void fill_cost(const cost_params *p, const kvr_query_entry *e, const rout
     if (l) {
         c->active_prefill_tokens = l->prefill_tokens;
         c->active_decode_blocks = route_load_blocks(l);
-        held = route_load_held_prefix(l, pr->hashes, (uint32_t)pr->n_blocks);
+        /* the ttft cost does not read new_blocks: a lookup per block of
+         * a busy worker's held map was a sixth of a 1000-worker /route */
+        if (p->model != KVR_COST_TTFT || p->report)
+            held = route_load_held_prefix(l, pr->hashes, (uint32_t)pr->n_blocks);
     }
     c->new_blocks = (uint64_t)(pr->n_blocks - held) + unique;
     if (p->model == KVR_COST_TTFT) {
@@ -333,13 +337,14 @@ static cost_params params_of(const kvr_router *r, const kvr_route_request *req)
                      r->cfg.cpu_hit_weight, r->cfg.disk_hit_weight, r->cfg.temperature,
                      r->cfg.unclamped_prefill, r->cfg.media_cut_weight,
                      r->cfg.decode_kv_share, r->cfg.max_decode_slowdown,
-                     r->cfg.recompute_weight};
+                     r->cfg.recompute_weight, false};
     if (req->has_overlap_score_credit)
         p.credit_scale = req->overlap_score_credit;
     if (req->has_prefill_load_scale)
         p.load_scale = req->prefill_load_scale;
     if (req->has_temperature)
         p.temperature = req->temperature;
+    p.report = req->debug;
     return p;
 }
 

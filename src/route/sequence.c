@@ -177,31 +177,6 @@ static const uint32_t *padded_sequence(route_scratch *s, const kvr_query_request
     return *out;
 }
 
-/* Links each worker's matches (one per rank) in match order. */
-static int index_by_worker(route_profile *pr)
-{
-    kvr_u64map_reset(&pr->by_worker);
-    memset(pr->worker_bits, 0, sizeof pr->worker_bits);
-    size_t n = pr->n_matches;
-    if (route_grow((void **)&pr->same_worker, &pr->same_worker_cap, n ? n : 1,
-                   sizeof *pr->same_worker) < 0)
-        return -1;
-    for (size_t i = n; i-- > 0;) {
-        uint64_t *first = kvr_u64map_find(&pr->by_worker, pr->matches[i].worker_id);
-        if (first) {
-            pr->same_worker[i] = (uint32_t)*first;
-            *first = i;
-            continue;
-        }
-        pr->same_worker[i] = UINT32_MAX;
-        if (kvr_u64map_put(&pr->by_worker, pr->matches[i].worker_id, i) < 0)
-            return -1;
-        uint64_t h = kvr_mix64(pr->matches[i].worker_id);
-        pr->worker_bits[h >> 6 & (KVR_ROUTE_WORKER_WORDS - 1)] |= 1ull << (h & 63);
-    }
-    return 0;
-}
-
 int route_match_profiles(route_scratch *s, kvr_index *idx, uint32_t block_size,
                          const kvr_query_request *req)
 {
@@ -229,8 +204,6 @@ int route_match_profiles(route_scratch *s, kvr_index *idx, uint32_t block_size,
         if (nm)
             memcpy(pr->matches, m, nm * sizeof *m);
         pr->n_matches = nm;
-        if (index_by_worker(pr) < 0)
-            return -1;
     }
     return 0;
 }
