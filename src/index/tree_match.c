@@ -95,23 +95,27 @@ static int ctx_reserve(kvr_match_ctx *ctx, uint32_t owners, size_t out)
         ctx->st = n;
         ctx->cap = ncap;
     }
+    /* Doubling: the first block's owners grow one join at a time, and a
+     * realloc per match that saw one more was 2 % of a 1000-owner replay. */
     if (out > ctx->out_cap) {
-        kvr_match_entry *n = realloc(ctx->out, out * sizeof *n);
+        size_t ncap = out < 2 * ctx->out_cap ? 2 * ctx->out_cap : out;
+        kvr_match_entry *n = realloc(ctx->out, ncap * sizeof *n);
         if (!n)
             return -1;
         ctx->out = n;
-        ctx->out_cap = out;
+        ctx->out_cap = ncap;
     }
     if (out > ctx->explicit_cap) {
-        uint32_t *n = realloc(ctx->explicit_at, out * sizeof *n);
+        size_t ncap = out < 2 * ctx->explicit_cap ? 2 * ctx->explicit_cap : out;
+        uint32_t *n = realloc(ctx->explicit_at, ncap * sizeof *n);
         if (!n)
             return -1;
         ctx->explicit_at = n;
-        n = realloc(ctx->last_explicit, out * sizeof *n);
+        n = realloc(ctx->last_explicit, ncap * sizeof *n);
         if (!n)
             return -1;
         ctx->last_explicit = n;
-        ctx->explicit_cap = out;
+        ctx->explicit_cap = ncap;
     }
     return 0;
 }
