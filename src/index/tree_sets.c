@@ -106,7 +106,8 @@ static uint32_t intern_find(const kvr_osets *s, uint64_t hash, const uint32_t *e
     return 0;
 }
 
-static void intern_del(kvr_osets *s, uint32_t id)
+/* Takes id out of the intern table, which keeps its size. */
+static void intern_remove(kvr_osets *s, uint32_t id)
 {
     uint32_t mask = s->intern_cap - 1;
     uint32_t i = (uint32_t)s->sets[id].hash & mask;
@@ -122,10 +123,25 @@ static void intern_del(kvr_osets *s, uint32_t id)
     }
     s->intern[hole] = 0;
     s->intern_len--;
+}
+
+static void intern_del(kvr_osets *s, uint32_t id)
+{
+    intern_remove(s, id);
     if (s->intern_len == 0)
         intern_resize(s, 0);
     else if (s->intern_cap > INTERN_MIN && s->intern_len * 8 < s->intern_cap)
         intern_resize(s, s->intern_cap / 2);
+}
+
+static void intern_put(kvr_osets *s, uint32_t id)
+{
+    uint32_t mask = s->intern_cap - 1;
+    uint32_t i = (uint32_t)s->sets[id].hash & mask;
+    while (s->intern[i])
+        i = (i + 1) & mask;
+    s->intern[i] = id;
+    s->intern_len++;
 }
 
 /* A new set of the entries e (sorted, len > 0), whose tier union and count
@@ -163,13 +179,44 @@ static uint32_t create(kvr_osets *s, uint64_t hash, const uint32_t *e, uint32_t 
     } else {
         memcpy(o->e.inl, e, (size_t)len * sizeof *e);
     }
-    uint32_t mask = s->intern_cap - 1;
-    uint32_t i = (uint32_t)hash & mask;
-    while (s->intern[i])
-        i = (i + 1) & mask;
-    s->intern[i] = id;
-    s->intern_len++;
+    intern_put(s, id);
     return id;
+}
+
+/* The set `id`, held by one run alone, becomes the entries e (sorted,
+ * len > 0, interned nowhere) in place: a run changing owners had its old
+ * set freed and a new one allocated, copied and interned, per change (10 %
+ * of a 1000-owner replay). Its generation moves on, so memo entries about
+ * the old content fail. -1 on OOM (nothing changed). */
+static int rewrite(kvr_osets *s, uint32_t id, uint64_t hash, const uint32_t *e, uint32_t len,
+                   uint32_t tiers, uint32_t uncounted)
+{
+    kvr_oset *o = &s->sets[id];
+    uint32_t *ext = NULL;
+    if (len > 2) {
+        ext = o->len > 2 ? realloc(o->e.ext, (size_t)len * sizeof *ext)
+                         : malloc((size_t)len * sizeof *ext);
+        if (!ext)
+            return -1; /* realloc left the old entries */
+    } else if (o->len > 2) {
+        free(o->e.ext);
+    }
+    intern_remove(s, id);
+    s->entry_bytes += (len > 2 ? (size_t)len : 0) * sizeof *ext;
+    s->entry_bytes -= (o->len > 2 ? (size_t)o->len : 0) * sizeof *ext;
+    if (ext) {
+        memcpy(ext, e, (size_t)len * sizeof *e);
+        o->e.ext = ext;
+    } else {
+        memcpy(o->e.inl, e, (size_t)len * sizeof *e);
+    }
+    o->hash = hash;
+    o->len = len;
+    o->tiers = tiers;
+    o->uncounted = uncounted;
+    o->gen++;
+    intern_put(s, id);
+    return 0;
 }
 
 void kvr_osets_unref(kvr_osets *s, uint32_t id)
@@ -272,8 +319,12 @@ uint32_t kvr_osets_apply(kvr_osets *s, uint32_t from, uint32_t owner, uint32_t e
         } else {
             to = intern_find(s, hash, out, n);
             if (!to) {
-                to = create(s, hash, out, n, derived_tiers(o, out, n, present ? e[i] : 0, entry),
-                            o->uncounted - uncounted(present ? e[i] : 0) + uncounted(entry));
+                uint32_t tiers = derived_tiers(o, out, n, present ? e[i] : 0, entry);
+                uint32_t unc = o->uncounted - uncounted(present ? e[i] : 0) + uncounted(entry);
+                /* the one run holding `from` is the one changing */
+                if (from != KVR_OSET_EMPTY && o->ref == 1)
+                    return rewrite(s, from, hash, out, n, tiers, unc) < 0 ? UINT32_MAX : from;
+                to = create(s, hash, out, n, tiers, unc);
                 if (to == UINT32_MAX)
                     return UINT32_MAX;
             }

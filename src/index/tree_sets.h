@@ -1,7 +1,9 @@
 /* Interned owner sets. A run's owners are a sorted array of entries
  * (owner << 5 | exc << 4 | tier bits); identical arrays are stored once and
  * shared by every run that has them (hash-consing), so a match can tell in
- * O(1) that a run's owners equal its parent's. A set's references are the
+ * O(1) that a run's owners equal its parent's. A set held by one run is
+ * changed in place when that run's owners change (its id stays, its
+ * generation moves on). A set's references are the
  * runs holding it; it also heads the list of those runs (kvr_run.set_next),
  * through which an owner's runs are found when it is cleared. */
 #ifndef KVR_INDEX_TREE_SETS_H

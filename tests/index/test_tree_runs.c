@@ -285,6 +285,45 @@ static void test_tail_eviction_cuts_the_run_in_place(void **state)
     kvr_index_destroy(idx);
 }
 
+/* A run alone holding its owner set changes it in place, keeping the set
+ * id (before, each change interned a new set and freed the old one), also
+ * across the size where entries move out of line (3 owners) and back; the
+ * entries' bytes return with them. */
+static void test_sole_run_changes_its_set_in_place(void **state)
+{
+    (void)state;
+    kvr_index *idx = kvr_index_create();
+    kvr_owner o[3] = {kvr_index_owner(idx, 1, 0), kvr_index_owner(idx, 2, 0),
+                      kvr_index_owner(idx, 3, 0)};
+    chain(idx, o[0], false, 0, 100, 0, 10);
+    uint32_t r = KVR_RUNOF(idx, 1), set = KVR_RUN(idx, r).set;
+    size_t entry_bytes = idx->sets.entry_bytes;
+    uint32_t sets = idx->sets.ids.count;
+    for (int k = 1; k < 3; k++) {
+        assert_int_equal(chain(idx, o[k], false, 0, 100, 0, 10), KVR_DROP_NONE);
+        assert_int_equal(KVR_RUNOF(idx, 1), r);
+        assert_int_equal(KVR_RUN(idx, r).set, set);
+        assert_int_equal(kvr_osets_get(&idx->sets, set)->len, (uint32_t)k + 1);
+        assert_int_equal(idx->sets.ids.count, sets);
+    }
+    assert_true(idx->sets.entry_bytes > entry_bytes);
+    for (int k = 0; k < 3; k++)
+        assert_int_equal(gpu_of(idx, o[k], 0, 10), 10);
+    uint64_t rev[10] = {110, 109, 108, 107, 106, 105, 104, 103, 102, 101};
+    assert_int_equal(kvr_index_remove(idx, o[1], G, rev, 10), 0);
+    assert_int_equal(kvr_index_remove(idx, o[2], G, rev, 10), 0);
+    assert_int_equal(KVR_RUN(idx, r).set, set);
+    assert_int_equal(kvr_osets_get(&idx->sets, set)->len, 1);
+    assert_int_equal(idx->sets.entry_bytes, entry_bytes);
+    assert_int_equal(gpu_of(idx, o[0], 0, 10), 10);
+    assert_int_equal(gpu_of(idx, o[1], 0, 10), 0);
+    /* two runs with one set: a change of one interns a new set */
+    chain(idx, o[1], false, 0, 100, 0, 4);
+    assert_int_equal(kvr_index_remove(idx, o[1], G, rev + 6, 4), 0);
+    assert_int_equal(runs(idx), 1);
+    kvr_index_destroy(idx);
+}
+
 /* A match ctx rewrites only the counters that can differ from its last
  * result when the first set and its depth are the same: owners that
  * continued past the shared prefix last time and not now (and the other
@@ -328,6 +367,7 @@ int main(void)
         cmocka_unit_test(test_duplicate_creator_hashes_are_counted),
         cmocka_unit_test(test_batched_removals_count_as_one_by_one),
         cmocka_unit_test(test_tail_eviction_cuts_the_run_in_place),
+        cmocka_unit_test(test_sole_run_changes_its_set_in_place),
         cmocka_unit_test(test_reused_counters_follow_the_walk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
