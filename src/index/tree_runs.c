@@ -47,8 +47,19 @@ static int sync(void ***chunks, uint32_t *n, uint32_t *cap, size_t bytes, const 
     return 0;
 }
 
+/* Whether sync would change nothing (every reclaimed run asks). */
+static bool in_sync(uint32_t n, uint32_t cap, const kvr_ids *ids)
+{
+    uint32_t need = (ids->top + KVR_CHUNK - 1) >> KVR_CHUNK_BITS;
+    uint32_t keep = ids->count <= 1 ? 1 : need + 1;
+    return n >= need && n <= keep && !(cap > 8 && n * 4 <= cap);
+}
+
 int kvr_tree_sync_chunks(kvr_index *idx)
 {
+    if (in_sync(idx->n_bchunks, idx->bchunks_cap, &idx->block_ids) &&
+        in_sync(idx->n_rchunks, idx->rchunks_cap, &idx->run_ids))
+        return 0;
     int a = sync((void ***)&idx->blocks, &idx->n_bchunks, &idx->bchunks_cap,
                  sizeof(kvr_block_chunk), &idx->block_ids);
     int b = sync((void ***)&idx->runs, &idx->n_rchunks, &idx->rchunks_cap, sizeof(kvr_run_chunk),
