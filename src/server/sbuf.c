@@ -9,7 +9,7 @@
 
 #include "util/grow.h"
 
-void kvr_sbuf_append(kvr_sbuf *b, const char *s, size_t n)
+void kvr_sbuf_append_grow(kvr_sbuf *b, const char *s, size_t n)
 {
     if (b->failed)
         return;

@@ -180,6 +180,37 @@ static void expect_scores(const res *e, size_t n, uint32_t bs)
     free(text);
 }
 
+/* Appends of every length from 0 to 40, in place and across growth (the
+ * buffer starts empty and grows by 4 KB steps): the text is the same bytes
+ * as one model string, NUL-terminated, whichever path each append took. */
+static void test_sbuf_appends_across_growth(void **state)
+{
+    (void)state;
+    static char model[64 * 1024];
+    char piece[41];
+    for (size_t i = 0; i < sizeof piece; i++)
+        piece[i] = (char)('a' + i % 26);
+    kvr_sbuf b = {0};
+    size_t len = 0;
+    for (size_t round = 0; len + 40 < sizeof model - 1; round++) {
+        size_t n = round % 41;
+        kvr_sbuf_append(&b, piece, n);
+        memcpy(model + len, piece, n);
+        len += n;
+        assert_int_equal(b.len, len);
+        assert_true(b.cap > b.len);
+        assert_int_equal(b.data[b.len], 0);
+    }
+    model[len] = 0;
+    assert_true(b.cap >= 8192); /* it grew past its first block */
+    size_t got_len = 0;
+    char *got = kvr_sbuf_take(&b, &got_len);
+    assert_int_equal(got_len, len);
+    assert_memory_equal(got, model, len + 1);
+    assert_int_equal(b.len, 0);
+    free(got);
+}
+
 static void test_scores_body_equals_model(void **state)
 {
     (void)state;
@@ -287,6 +318,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_strings_escaped_as_jansson),
         cmocka_unit_test(test_reals_and_ids_as_jansson),
+        cmocka_unit_test(test_sbuf_appends_across_growth),
         cmocka_unit_test(test_scores_body_equals_model),
         cmocka_unit_test(test_route_body_fields),
     };
