@@ -174,6 +174,9 @@ typedef struct {
     uint32_t dp_size;
     bool is_eagle;
     bool hicache;                   /* SGLang enable_hierarchical_cache */
+    /* KV cache capacity per rank in tokens (SGLang max_total_num_tokens;
+     * vLLM num_gpu_blocks x block_size of cache_config_info); 0 unknown */
+    uint64_t max_total_num_tokens;
     kvr_mm_identity mm_identity;    /* what it is registered with */
     int accepts_mm_hashes;          /* -1: the SPEC §5 default */
     char version[64];               /* the engine's version, "" when not said */

@@ -18,6 +18,9 @@ extern "C" {
 /* Registration bounds: no engine uses blocks near this size, and it keeps
  * per-block windows small. */
 #define KVR_MAX_BLOCK_SIZE 65536u
+/* A rank's KV cache capacity, in tokens (max_total_num_tokens), is at most
+ * this: 2^40 tokens is far past any engine's memory. */
+#define KVR_MAX_KV_CAPACITY_TOKENS (1ull << 40)
 /* Distinct dp ranks tracked per worker; a batch naming a new rank beyond this
  * is rejected and counted (batches_rejected), so a bad dp_rank field cannot
  * grow memory without bound. */
@@ -60,6 +63,10 @@ typedef struct {
     /* Routing hints, read per request (no index state depends on them). */
     kvr_kv_events kv_events;
     double prefill_tps;        /* the engine's prefill tokens/s per rank; 0 = unknown */
+    /* The rank's GPU KV cache capacity in tokens (SGLang's name; vLLM:
+     * num_gpu_blocks x block_size); 0 = unknown, at most
+     * KVR_MAX_KV_CAPACITY_TOKENS. */
+    uint64_t max_total_num_tokens;
 } kvr_worker_settings;
 
 typedef enum {
@@ -82,7 +89,8 @@ void kvr_indexer_destroy(kvr_indexer *ix);
  * - INVALID: model empty/NULL, a name >= KVR_NAME_MAX bytes, block_size 0 or
  *   above KVR_MAX_BLOCK_SIZE, mm_identity, accepts_mm_hashes, engine or
  *   kv_events out of range, image_token_id KVR_WIDE_SENTINEL (no real token
- *   narrows to it), prefill_tps negative or not finite.
+ *   narrows to it), prefill_tps negative or not finite,
+ *   max_total_num_tokens above KVR_MAX_KV_CAPACITY_TOKENS.
  * - BLOCK_SIZE_CONFLICT: another registered worker of (model, group) has a
  *   different block size. The size binds while any worker of the group is
  *   registered (a group holding only dump-loaded state takes the size of its
@@ -94,8 +102,8 @@ void kvr_indexer_destroy(kvr_indexer *ix);
  *   normalizers/converters are rebuilt lazily with the new settings.
  * - accepts_mm_hashes compares by its effective rule: -1 equals the explicit
  *   default of legacy (1) and engine_wide (0); for auto, -1 (flips after wide
- *   ids) differs from an explicit value. Only that, kv_events or
- *   prefill_tps differing -> UPDATED (read per request; state kept).
+ *   ids) differs from an explicit value. Only that, kv_events,
+ *   prefill_tps or max_total_num_tokens differing -> UPDATED (read per request; state kept).
  * - *out (may be NULL) gets the handle, or NULL for CONFLICT/INVALID. The
  *   handle stays the same across UNCHANGED/UPDATED/RESET. */
 kvr_reg_result kvr_indexer_register(kvr_indexer *ix, const kvr_worker_settings *s,
@@ -167,6 +175,11 @@ typedef struct {
     bool wide_ranks;               /* a rank >= KVR_CAPS_RANKS has state (not in rank_bits) */
     kvr_kv_events kv_events;       /* as registered */
     double prefill_tps;            /* as registered, 0 = unknown */
+    /* KV capacity per rank in tokens: max_total_num_tokens as registered,
+     * else estimated from the events: the most GPU blocks a rank held
+     * (stores less removes) once it had removed any (an LRU that evicts was
+     * full), times the block size; 0 = unknown. */
+    uint64_t kv_capacity_tokens;
     /* last: what a request reads of the rest fits one cache line */
     char lora_name[KVR_NAME_MAX];  /* "" when none */
 } kvr_worker_caps;
@@ -210,6 +223,7 @@ typedef struct {
     kvr_kv_events kv_events;       /* as registered */
     bool has_image_token_id;
     uint32_t image_token_id;
+    uint64_t max_total_num_tokens; /* as registered, 0 = unknown */
     uint64_t lora_seed;            /* hash seed of the worker's adapter, no salt */
     uint32_t n_ranks;              /* entries written below, sorted by dp_rank */
     uint32_t n_ranks_total;        /* ranks with state (may exceed KVR_MAX_RANKS_INFO) */

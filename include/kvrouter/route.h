@@ -34,6 +34,23 @@ typedef enum {
 /* "ttft", "dynamo"; NULL for an unknown value. */
 const char *kvr_cost_model_name(kvr_cost_model m);
 
+/* ttft: what the router makes of each worker's LRU edge (its KV capacity,
+ * registered as max_total_num_tokens or estimated from its events, and the
+ * tokens it took in since each prompt routed there): the prompts of other
+ * conversations a placement's new tokens would push past that edge. */
+typedef enum {
+    KVR_EDGE_OFF = 0, /* not charged (the default: neither rule won, README) */
+    /* their tokens, at the share of prompts that came back before aging
+     * out, as seconds of the candidate's prefill added to its cost */
+    KVR_EDGE_COST = 1,
+    /* among the candidates within tie_tolerance, the fewest such tokens
+     * first, then the least recent work */
+    KVR_EDGE_TIE = 2
+} kvr_lru_edge;
+
+/* "off", "cost", "tie"; NULL for an unknown value. */
+const char *kvr_lru_edge_name(kvr_lru_edge e);
+
 typedef struct {
     kvr_cost_model cost_model;   /* default KVR_COST_TTFT */
     double overlap_score_credit; /* default 1.0 (dynamo) */
@@ -98,6 +115,7 @@ typedef struct {
      * caller's ttft_ms, or the time since /route) for requests routed to a
      * worker with no prefill queued: ttft = uncached x decode factor / rate. */
     bool learn_prefill_rate;     /* default true */
+    kvr_lru_edge lru_edge;       /* default KVR_EDGE_OFF */
     /* Active bookings at once; a /route that would book more gets
      * KVR_ROUTE_LIMIT (HTTP 429) naming the limit. 0 = unlimited. */
     uint64_t max_bookings;       /* default 262144 */
@@ -232,6 +250,9 @@ typedef struct {
      * and disk are then equal. */
     bool approximate;
     double prefill_tps;      /* registered prefill rate, 0 = unknown */
+    /* KV capacity in tokens (kvr_worker_caps.kv_capacity_tokens: registered,
+     * else estimated from the worker's events); 0 = unknown */
+    uint64_t kv_capacity_tokens;
 } kvr_query_entry;
 
 typedef struct {
@@ -297,6 +318,12 @@ typedef struct {
     double queued_tokens;           /* ttft: prefill still ahead of it, estimated now */
     double recent_work;             /* ttft: prefill tokens booked there lately (decayed) */
     double decode_factor;           /* ttft: the decode slowdown used (0 with dynamo) */
+    /* ttft: tokens the worker took in since the prompt this request comes
+     * back to was last touched there (-1: none routed there; debug only),
+     * and the tokens of other prompts its new tokens would push past the
+     * worker's LRU edge (0 when its capacity is unknown) */
+    double prefix_age_tokens;
+    double edge_loss_tokens;
     double cost;                    /* ttft: predicted seconds to first token */
     double probability;             /* softmax weight when sampled, else 1 for the pick */
 } kvr_route_cost;

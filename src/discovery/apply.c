@@ -35,6 +35,7 @@ static uint64_t digest_of(const kvr_registration *r)
     h = mix_u64(h, s->is_eagle);
     h = mix_u64(h, (uint64_t)s->engine);
     h = mix_u64(h, s->has_image_token_id ? (uint64_t)s->image_token_id : UINT64_MAX);
+    h = mix_u64(h, s->max_total_num_tokens);
     h = mix_u64(h, r->dp_rank);
     h = mix_str(h, r->endpoint);
     h = mix_str(h, r->replay_endpoint);
@@ -98,6 +99,7 @@ static void rank_registration(const kvr_disc_engine *e, size_t k, kvr_registrati
     s->engine = in->kind == KVR_ENGINE_KIND_VLLM ? KVR_ENGINE_VLLM : KVR_ENGINE_SGLANG;
     s->has_image_token_id = e->spec.has_image_token_id;
     s->image_token_id = e->spec.image_token_id;
+    s->max_total_num_tokens = in->max_total_num_tokens;
     reg->dp_rank = rk->dp_rank;
     reg->endpoint = rk->endpoint;
     reg->replay_endpoint = rk->replay_endpoint;

@@ -239,6 +239,20 @@ static int read_publisher(const json_t *info, const char *engine_host, kvr_readi
     return rc;
 }
 
+/* max_total_num_tokens: the KV cache capacity in tokens the scheduler
+ * reports (its scheduler_info, merged into /server_info), the same for
+ * every rank; absent in some builds (0: unknown). */
+static int read_capacity(const json_t *j, kvr_engine_reading_info *in, char *err, size_t cap)
+{
+    long long v = 0;
+    bool has = false;
+    if (kvr_edge_int(j, "max_total_num_tokens", "/server_info", 1,
+                     (long long)KVR_MAX_KV_CAPACITY_TOKENS, &v, &has, err, cap) != 0)
+        return -1;
+    in->max_total_num_tokens = has ? (uint64_t)v : 0;
+    return 0;
+}
+
 int kvr_sglang_read_server_info(const char *body, size_t len, const char *host, kvr_reading *r,
                                 char *err, size_t cap)
 {
@@ -260,7 +274,8 @@ int kvr_sglang_read_server_info(const char *body, size_t len, const char *host, 
                kvr_edge_bool(j, "enable_hierarchical_cache", "/server_info", &in->hicache, err,
                              cap) == 0 &&
                kvr_edge_str(j, "version", "/server_info", in->version, sizeof in->version, err,
-                            cap) == 0) {
+                            cap) == 0 &&
+               read_capacity(j, in, err, cap) == 0) {
         if (!in->model_name[0])
             memcpy(in->model_name, model_path, sizeof in->model_name);
         in->is_eagle = eagle_algorithm(in->speculative_algorithm);

@@ -137,6 +137,7 @@ int kvr_vllm_read_metrics(const char *body, size_t len, const char *host, kvr_re
     static const char family[] = "vllm:cache_config_info{";
     const char *end = body + len;
     uint32_t found = 0;
+    uint64_t blocks = 0;
     for (const char *line = body; line < end;) {
         const char *nl = memchr(line, '\n', (size_t)(end - line));
         const char *le = nl ? nl : end;
@@ -159,10 +160,21 @@ int kvr_vllm_read_metrics(const char *body, size_t len, const char *host, kvr_re
                 return -1;
             }
             found = (uint32_t)bs;
+            /* num_gpu_blocks: the KV cache capacity (absent, "None" or out
+             * of range: unknown, not an error; the block size routes) */
+            unsigned long long nb = 0;
+            if (label_value(line + sizeof family - 1, le, "num_gpu_blocks", v, sizeof v)) {
+                nb = strtoull(v, &stop, 10);
+                if (*stop || nb > KVR_MAX_KV_CAPACITY_TOKENS / bs)
+                    nb = 0;
+            }
+            if (nb)
+                blocks = nb;
         }
         line = le + 1;
     }
     r->info.block_size = found;
+    r->info.max_total_num_tokens = blocks * found;
     return 0;
 }
 

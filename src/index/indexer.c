@@ -138,7 +138,7 @@ static bool settings_valid(const kvr_worker_settings *s)
            (unsigned)s->engine < KVR_ENGINE_COUNT &&
            !(s->has_image_token_id && s->image_token_id == KVR_WIDE_SENTINEL) &&
            (unsigned)s->kv_events <= KVR_KV_EVENTS_OFF && isfinite(s->prefill_tps) &&
-           s->prefill_tps >= 0;
+           s->prefill_tps >= 0 && s->max_total_num_tokens <= KVR_MAX_KV_CAPACITY_TOKENS;
 }
 
 const char *kvr_kv_events_name(kvr_kv_events k)
@@ -172,6 +172,7 @@ static void conf_from_settings(const kvr_worker_settings *s, kvr_worker_conf *c)
     c->image_token_id = s->has_image_token_id ? s->image_token_id : 0;
     c->kv_events = s->kv_events;
     c->prefill_tps = s->prefill_tps;
+    c->max_total_num_tokens = s->max_total_num_tokens;
 }
 
 /* The settings whose change invalidates indexed state (SPEC §5 rule 9). */
@@ -257,7 +258,8 @@ kvr_reg_result kvr_indexer_register(kvr_indexer *ix, const kvr_worker_settings *
         res = KVR_REG_RESET;
     } else {
         res = w->conf.accepts_norm != conf.accepts_norm || w->conf.kv_events != conf.kv_events ||
-                      w->conf.prefill_tps != conf.prefill_tps
+                      w->conf.prefill_tps != conf.prefill_tps ||
+                      w->conf.max_total_num_tokens != conf.max_total_num_tokens
                   ? KVR_REG_UPDATED
                   : KVR_REG_UNCHANGED;
         /* These are read at request time only, so they change in place; the
@@ -266,6 +268,7 @@ kvr_reg_result kvr_indexer_register(kvr_indexer *ix, const kvr_worker_settings *
         w->conf.accepts_raw = conf.accepts_raw;
         w->conf.kv_events = conf.kv_events;
         w->conf.prefill_tps = conf.prefill_tps;
+        w->conf.max_total_num_tokens = conf.max_total_num_tokens;
     }
     if (w)
         atomic_store(&g->block_size, conf.block_size);
@@ -383,6 +386,10 @@ static void caps_fill(kvr_worker *w, kvr_worker_caps *c)
     c->lora_name[n] = 0;
     c->kv_events = w->conf.kv_events;
     c->prefill_tps = w->conf.prefill_tps;
+    c->kv_capacity_tokens =
+        w->conf.max_total_num_tokens
+            ? w->conf.max_total_num_tokens
+            : atomic_load_explicit(&w->peak_gpu_blocks, memory_order_relaxed) * w->conf.block_size;
     c->rank_bits = atomic_load_explicit(&w->rank_bits, memory_order_relaxed);
     c->wide_ranks = atomic_load_explicit(&w->wide_ranks, memory_order_relaxed);
 }

@@ -163,6 +163,17 @@ static kvr_drop_reason convert_store(kvr_worker *w, kvr_rank_state *r, const kvr
 }
 
 /* Returns false when the event was dropped (already counted). */
+/* The occupancy that estimates the capacity (kvr_rank_state.gpu_held). */
+static void gpu_stored(kvr_worker *w, kvr_rank_state *r, kvr_tier tier, size_t n)
+{
+    if (tier != KVR_TIER_GPU)
+        return;
+    r->gpu_held += n;
+    if (r->gpu_evicted &&
+        r->gpu_held > atomic_load_explicit(&w->peak_gpu_blocks, memory_order_relaxed))
+        atomic_store_explicit(&w->peak_gpu_blocks, r->gpu_held, memory_order_relaxed);
+}
+
 static bool apply_store(kvr_worker *w, kvr_rank_state *r, const kvr_norm_event *ne)
 {
     size_t n = ne->n_block_hashes;
@@ -181,6 +192,7 @@ static bool apply_store(kvr_worker *w, kvr_rank_state *r, const kvr_norm_event *
         return false;
     }
     r->blocks_stored += n;
+    gpu_stored(w, r, ne->tier, n);
     return true;
 }
 
@@ -195,7 +207,15 @@ static void apply_remove(kvr_worker *w, kvr_rank_state *r, const kvr_norm_event 
      * referenced blocks we never indexed. */
     for (size_t i = 0; i < unknown; i++)
         kvr_normalizer_count_drop(r->norm, KVR_DROP_BLOCK_NOT_FOUND);
-    r->blocks_removed += n - (unknown < n ? unknown : n);
+    size_t removed = n - (unknown < n ? unknown : n);
+    r->blocks_removed += removed;
+    if (ne->tier == KVR_TIER_GPU && removed) {
+        if (!r->gpu_evicted) {
+            r->gpu_evicted = true;
+            gpu_stored(w, r, KVR_TIER_GPU, 0); /* the occupancy it was full at */
+        }
+        r->gpu_held -= removed < r->gpu_held ? removed : r->gpu_held;
+    }
     kvr_convert_removed_tier(r->conv, ne->tier, ne->block_hashes, n);
 }
 
@@ -266,6 +286,7 @@ static void run_flush(kvr_worker *w, kvr_rank_state *r, store_run *run)
     if (why == KVR_DROP_NONE) {
         r->blocks_stored += n;
         r->events_stored += n;
+        gpu_stored(w, r, run->tier, n);
         return;
     }
     /* The call stopped at some block (first parent unknown, out of memory,
@@ -284,6 +305,7 @@ static void run_flush(kvr_worker *w, kvr_rank_state *r, store_run *run)
         }
         r->blocks_stored++;
         r->events_stored++;
+        gpu_stored(w, r, run->tier, 1);
     }
 }
 
@@ -332,6 +354,7 @@ static void apply_event(kvr_worker *w, kvr_rank_state *r, store_run *run,
         kvr_index_clear_owner_locked(w->grp->idx, r->owner);
         kvr_converter_reset(r->conv);
         r->events_cleared++;
+        r->gpu_held = 0;
         break;
     case KVR_NORM_DROP:
     default:

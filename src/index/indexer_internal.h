@@ -33,6 +33,11 @@ typedef struct {
     uint64_t batches;
     uint64_t events_stored, events_removed, events_cleared, events_dropped;
     uint64_t blocks_stored, blocks_removed;
+    /* GPU-tier blocks stored less removed (cleared: 0), and whether the
+     * engine removed any: an LRU that evicted was full, so from then on the
+     * largest occupancy is its capacity (kvr_worker.peak_gpu_blocks). */
+    uint64_t gpu_held;
+    bool gpu_evicted;
     uint64_t dup_warnings; /* rate-limits the duplicate_ids warning */
 } kvr_rank_state;
 
@@ -51,6 +56,7 @@ typedef struct {
     uint32_t image_token_id;
     kvr_kv_events kv_events;      /* routing hints: change in place */
     double prefill_tps;
+    uint64_t max_total_num_tokens;
     char lora[KVR_NAME_MAX];      /* "" = none */
 } kvr_worker_conf;
 
@@ -74,6 +80,9 @@ struct kvr_worker {
     size_t n_declared, cap_declared;
     atomic_uint_fast64_t batches_rejected;
     uint64_t resets;
+    /* The largest GPU occupancy of any rank once it evicted (0 before):
+     * the capacity estimate of a worker that registered none. */
+    atomic_uint_fast64_t peak_gpu_blocks;
 };
 
 struct kvr_group {

@@ -17,14 +17,16 @@
 /* Whether the model costs candidate e (state st) as a worker with nothing:
  * the cost reads the overlaps, the queued prefill and the decodes of the
  * load (a load without either is costed as none), the rate (measured,
- * registered) and, for the tie-break only, the recent work; the profile
- * decides the blocks a booking adds. */
+ * registered), the LRU edge (edge.c: kept only while lru_edge is on, and
+ * charged where it holds a prompt) and, for the tie-break only, the recent
+ * work; the profile decides the blocks a booking adds. */
 static bool idle(const kvr_query_entry *e, const route_slot *st)
 {
     const route_load *l = st->load;
     return !e->gpu_blocks && !e->cpu_blocks && !e->disk_blocks &&
            (!l || (l->prefill_tokens == 0 && l->decode_context == 0)) &&
-           (!st->rate || !(route_rate_measured(st->rate) > 0));
+           (!st->rate ||
+            (!(route_rate_measured(st->rate) > 0) && !route_edge_live(st->rate->edge)));
 }
 
 size_t route_idle_class(const kvr_query_result *q, const route_slot *const *st,

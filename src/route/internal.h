@@ -53,6 +53,7 @@ typedef struct route_rate {
      * ttft model's tie-break among near-equal costs (select.c). */
     double work, work_at;
     double updated_at;
+    struct route_edge *edge; /* its LRU edge (edge.c); NULL until booked */
     struct route_rate *hnext;
 } route_rate;
 
@@ -73,6 +74,48 @@ typedef struct route_rate {
 /* A booking aged out by its predicted decode end lives at least this long
  * after its prefill. */
 #define KVR_ROUTE_DECODE_EXPIRY_MIN_S 30.0
+
+/* ---- each worker's LRU edge (edge.c); caller holds kvr_router.mu -------- */
+
+/* A prompt routed to a worker: its last routing block, the worker's intake
+ * when it was taken in (its stamp) and the tokens a later turn would reuse
+ * of it (0 once a later turn superseded it). */
+typedef struct {
+    uint64_t last_hash;
+    double stamp;
+    double value;
+} route_edge_entry;
+
+typedef struct route_edge route_edge;
+
+/* Of every worker's entries: how many a later turn came back to, and how
+ * many aged past their worker's capacity first. */
+typedef struct {
+    uint64_t returned, aged_out;
+} route_edge_counts;
+
+/* Entries kept per worker at most (when its capacity is unknown, the
+ * newest), and blocks probed for the entry a prompt comes back to. */
+#define KVR_ROUTE_EDGE_MAX 1024u
+#define KVR_ROUTE_EDGE_PROBES 256u
+
+void route_edge_free(route_edge *g);
+/* Whether g holds a prompt a placement could push past the edge. */
+bool route_edge_live(const route_edge *g);
+double route_edge_intake(const route_edge *g);
+/* Intake since the prompt a request with these hashes (matched blocks
+ * cached on the worker) comes back to was last touched; -1 when none. */
+double route_edge_age(const route_edge *g, const uint64_t *hashes, uint32_t matched);
+/* Tokens of other prompts that u new tokens push past the edge of a cache
+ * of `capacity` tokens. */
+double route_edge_loss(const route_edge *g, double capacity, double u, const uint64_t *hashes,
+                       uint32_t matched);
+/* A booking: the worker takes in intake_tokens and holds the prompt
+ * (prompt_tokens; matched_tokens of it were cached there). *gp is created
+ * on first use. -1 when out of memory (the edge stays as it was). */
+int route_edge_note(route_edge **gp, const uint64_t *hashes, uint32_t n_blocks, uint32_t matched,
+                    double matched_tokens, double prompt_tokens, double intake_tokens,
+                    double capacity, route_edge_counts *c);
 
 typedef struct route_booking {
     char *id;
@@ -116,6 +159,7 @@ typedef struct {
     kvr_u64map fits;   /* index -> route_decode_fit* (one per (model, group)) */
     uint64_t n_rates, rate_samples;
     uint64_t rates_evicted; /* stalest rates dropped at KVR_ROUTE_MAX_RATES */
+    route_edge_counts edges;
     struct route_slots *slots; /* per (model, group): slots.c */
 } route_bookings;
 
@@ -192,6 +236,11 @@ double route_rate_decode_spt(const route_rate *rt);
 /* Adds `tokens` of prefill booked at now to the worker's recent work. */
 void route_rate_add_work(route_bookings *b, uintptr_t index, uint64_t worker_id,
                          uint32_t dp_rank, double tokens, double now);
+/* Notes a booking at the worker's LRU edge (route_edge_note). */
+void route_rate_note_edge(route_bookings *b, uintptr_t index, uint64_t worker_id,
+                          uint32_t dp_rank, const uint64_t *hashes, uint32_t n_blocks,
+                          uint32_t matched, double matched_tokens, double prompt_tokens,
+                          double intake_tokens, double capacity, double now);
 /* The worker's recent work at now (decayed). */
 double route_rate_recent_work(const route_rate *rt, double now);
 void route_rates_free(route_bookings *b);

@@ -167,7 +167,8 @@ static void add_worker(kvr_query_result *out, route_scratch *s, size_t w, const 
                                   .seq_kind = pr->kind,
                                   .forward_mm_hashes = pr->kind == KVR_SEQ_MM_PADDED,
                                   .engine = c->engine,
-                                  .prefill_tps = c->prefill_tps};
+                                  .prefill_tps = c->prefill_tps,
+                                  .kv_capacity_tokens = c->kv_capacity_tokens};
     const route_rank_span span = s->spans[w];
     const uint32_t *ranks = s->ranks + span.off, *pos = s->rank_pos + span.off;
     for (uint32_t k = 0; k < span.n; k++)

@@ -46,6 +46,7 @@ static void rate_unlink(route_bookings *b, route_rate *rt)
     uintptr_t index = rt->index;
     uint64_t worker_id = rt->worker_id;
     uint32_t dp_rank = rt->dp_rank;
+    route_edge_free(rt->edge);
     free(rt);
     route_slot_changed(b, index, worker_id, dp_rank);
 }
@@ -143,6 +144,20 @@ void route_rate_add_work(route_bookings *b, uintptr_t index, uint64_t worker_id,
     rt->updated_at = now;
 }
 
+void route_rate_note_edge(route_bookings *b, uintptr_t index, uint64_t worker_id,
+                          uint32_t dp_rank, const uint64_t *hashes, uint32_t n_blocks,
+                          uint32_t matched, double matched_tokens, double prompt_tokens,
+                          double intake_tokens, double capacity, double now)
+{
+    route_rate *rt = rate_get(b, index, worker_id, dp_rank);
+    if (!rt)
+        return;
+    rt->updated_at = now;
+    /* out of memory: the edge misses this prompt, the router still routes */
+    (void)route_edge_note(&rt->edge, hashes, n_blocks, matched, matched_tokens, prompt_tokens,
+                          intake_tokens, capacity, &b->edges);
+}
+
 double route_rate_measured(const route_rate *rt)
 {
     if (!rt || rt->samples < KVR_ROUTE_RATE_MIN_SAMPLES || !(rt->seconds > 0))
@@ -200,6 +215,7 @@ void route_rates_free(route_bookings *b)
         route_rate *rt = (route_rate *)(uintptr_t)v;
         while (rt) {
             route_rate *next = rt->hnext;
+            route_edge_free(rt->edge);
             free(rt);
             rt = next;
         }

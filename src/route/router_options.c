@@ -28,6 +28,14 @@ const char *kvr_cost_model_name(kvr_cost_model m)
     return (unsigned)m < sizeof cost_models / sizeof cost_models[0] - 1 ? cost_models[m] : NULL;
 }
 
+/* kvr_lru_edge order. */
+static const char *const lru_edges[] = {"off", "cost", "tie", NULL};
+
+const char *kvr_lru_edge_name(kvr_lru_edge e)
+{
+    return (unsigned)e < sizeof lru_edges / sizeof lru_edges[0] - 1 ? lru_edges[e] : NULL;
+}
+
 static const kvr_option router_rows[] = {
     {.name = "cost_model", .type = KVR_OPT_CHOICE, .offset = offsetof(kvr_router_config, cost_model),
      .def = "ttft", .help = "ttft: predicted time to first token (default); dynamo: SPEC §8's formula",
@@ -65,6 +73,11 @@ static const kvr_option router_rows[] = {
         "ttft: costs this close to the lowest tie; the least recently loaded worker wins"),
     ROW(learn_prefill_rate, KVR_OPT_BOOL, 0, 1, "true",
         "ttft: measure each worker's prefill rate from /prefill_done timing"),
+    {.name = "lru_edge", .type = KVR_OPT_CHOICE, .offset = offsetof(kvr_router_config, lru_edge),
+     .def = "off",
+     .help = "ttft: charge the reuse a placement pushes past the worker's LRU edge (cost: in its "
+             "cost; tie: among near-equal costs; off)",
+     .metavar = "RULE", .choices = lru_edges, .flags = KVR_OPT_RELOAD},
     ROW(max_bookings, KVR_OPT_U64, 0, 18446744073709551615.0, "262144",
         "active bookings at most; /route beyond it gets 429 (0: unlimited)"),
     ROW(decode_expiry_factor, KVR_OPT_DOUBLE, 0, HUGE_VAL, "4",

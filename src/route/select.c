@@ -24,6 +24,11 @@ typedef struct {
     bool unclamped;
     double cut_w;
     double decode_share, max_slowdown, recompute_weight;
+    /* ttft: whether the reuse a placement pushes past the worker's LRU edge
+     * is charged, and the share of the prompts at an edge that came back
+     * (route_edge_counts, learned) */
+    bool edge_cost, edge_tie;
+    double return_share;
     bool report; /* fill the costs' figures only a debug decision shows */
 } cost_params;
 
@@ -146,6 +151,26 @@ static uint64_t unique_blocks_of(const route_profile *pr, uint64_t isl, uint32_t
     return (rest + bs - 1) / bs;
 }
 
+/* ttft: the reuse this request's new tokens would push past the worker's
+ * LRU edge (edge.c), at the share of such prompts that come back, costs
+ * its prefill again then: in seconds of the worker's prefill (lru_edge
+ * cost), or orders the candidates within the tie window (tie). */
+static void add_edge_cost(const cost_params *p, const kvr_query_entry *e, const route_slot *st,
+                          const route_profile *pr, uint64_t isl, uint32_t bs, kvr_route_cost *c)
+{
+    const route_edge *g = st->rate ? st->rate->edge : NULL;
+    if (p->report)
+        c->prefix_age_tokens = route_edge_age(g, pr->hashes, e->gpu_blocks);
+    if (!(p->edge_cost || p->edge_tie) || !e->kv_capacity_tokens || !route_edge_live(g))
+        return;
+    uint64_t cached = (uint64_t)e->gpu_blocks * bs;
+    double u = isl > cached ? (double)(isl - cached) : 0;
+    c->edge_loss_tokens = route_edge_loss(g, (double)e->kv_capacity_tokens, u, pr->hashes,
+                                          e->gpu_blocks);
+    if (p->edge_cost)
+        c->cost += p->return_share * c->edge_loss_tokens / c->prefill_tps;
+}
+
 /* Candidate i's overlaps, its current load and its cost; caller holds r->mu. */
 static void fill_cost(const cost_params *p, const kvr_query_entry *e, const route_slot *st,
                       const route_profile *pr, uint64_t unique, uint64_t isl, uint32_t bs,
@@ -170,6 +195,7 @@ static void fill_cost(const cost_params *p, const kvr_query_entry *e, const rout
     c->new_blocks = (uint64_t)(pr->n_blocks - held) + unique;
     if (p->model == KVR_COST_TTFT) {
         cost_ttft(p, c, l, now, isl, bs);
+        add_edge_cost(p, e, st, pr, isl, bs, c);
         return;
     }
     uint64_t whole = isl / bs;
@@ -288,10 +314,21 @@ static bool near_best(const kvr_route_cost *c, double cost_limit, double credit_
  * recent work's position; when several tie with it, *draw = which of them
  * (in candidate order, tied[i] marking them, and the class's members
  * within the margin: route_idle_tie) the random tie-break takes, else
- * SIZE_MAX. */
+ * SIZE_MAX. With edge_tie (lru_edge tie) the fewest tokens pushed past the
+ * worker's LRU edge come before the least recent work. */
+static bool fewer_loss(const kvr_route_cost *a, const kvr_route_cost *b)
+{
+    return a->edge_loss_tokens < b->edge_loss_tokens - 0.5;
+}
+
+static bool same_loss(const kvr_route_cost *a, const kvr_route_cost *b)
+{
+    return fabs(a->edge_loss_tokens - b->edge_loss_tokens) <= 0.5;
+}
+
 static size_t pick_balanced(kvr_router *r, kvr_route_cost *c, route_idle_split *sp, size_t n,
                             double tol, uint64_t isl, kvr_route_reason *reason, bool *tied,
-                            size_t *draw)
+                            size_t *draw, bool edge_tie)
 {
     const uint32_t *mult = sp->mult;
     size_t best = 0;
@@ -315,7 +352,10 @@ static size_t pick_balanced(kvr_router *r, kvr_route_cost *c, route_idle_split *
     size_t near = 0, least = best;
     for (size_t i = 0; i < n; i++)
         if (near_best(&c[i], limit, floor_, c[best].decode_factor)) {
-            if (!near_best(&c[least], limit, floor_, c[best].decode_factor) || c[i].recent_work < c[least].recent_work)
+            if (!near_best(&c[least], limit, floor_, c[best].decode_factor) ||
+                (edge_tie && fewer_loss(&c[i], &c[least])) ||
+                ((!edge_tie || same_loss(&c[i], &c[least])) &&
+                 c[i].recent_work < c[least].recent_work))
                 least = i;
             near += mult[i];
         }
@@ -323,6 +363,7 @@ static size_t pick_balanced(kvr_router *r, kvr_route_cost *c, route_idle_split *
     size_t same = 0;
     for (size_t i = 0; i < n; i++) {
         tied[i] = near_best(&c[i], limit, floor_, c[best].decode_factor) &&
+                  (!edge_tie || same_loss(&c[i], &c[least])) &&
                   c[i].recent_work <= c[least].recent_work + 0.5;
         if (tied[i])
             same += i == sp->rep ? route_idle_tie(sp, c[least].recent_work + 0.5) : mult[i];
@@ -337,13 +378,19 @@ static cost_params params_of(const kvr_router *r, const kvr_route_request *req)
                      r->cfg.cpu_hit_weight, r->cfg.disk_hit_weight, r->cfg.temperature,
                      r->cfg.unclamped_prefill, r->cfg.media_cut_weight,
                      r->cfg.decode_kv_share, r->cfg.max_decode_slowdown,
-                     r->cfg.recompute_weight, false};
+                     r->cfg.recompute_weight, false, false, 0, false};
     if (req->has_overlap_score_credit)
         p.credit_scale = req->overlap_score_credit;
     if (req->has_prefill_load_scale)
         p.load_scale = req->prefill_load_scale;
     if (req->has_temperature)
         p.temperature = req->temperature;
+    p.edge_cost = r->cfg.lru_edge == KVR_EDGE_COST;
+    p.edge_tie = r->cfg.lru_edge == KVR_EDGE_TIE;
+    /* the share of prompts that came back before aging out (one of each
+     * counted in advance, so it starts at 1/2) */
+    const route_edge_counts *ec = &r->bk.edges;
+    p.return_share = ((double)ec->returned + 1) / ((double)ec->returned + (double)ec->aged_out + 2);
     p.report = req->debug;
     return p;
 }
@@ -395,6 +442,14 @@ static kvr_route_status book(kvr_router *r, kvr_index *idx, const cost_params *p
         route_approx_note(&r->approx, (uintptr_t)idx, c->worker_id, c->dp_rank, pr->hashes,
                           (uint32_t)pr->n_blocks, now);
     route_rate_add_work(&r->bk, (uintptr_t)idx, c->worker_id, c->dp_rank, (double)prefill, now);
+    if (p->model == KVR_COST_TTFT && (p->edge_cost || p->edge_tie)) {
+        /* what the worker's GPU cache takes in: the prompt past its hit
+         * (kept only while a rule reads it: it is memory per worker) */
+        uint64_t intake = isl > cached ? isl - cached : 0;
+        route_rate_note_edge(&r->bk, (uintptr_t)idx, c->worker_id, c->dp_rank, pr->hashes,
+                             (uint32_t)pr->n_blocks, c->gpu_blocks, (double)cached, (double)isl,
+                             (double)intake, (double)q->entries[pick].kv_capacity_tokens, now);
+    }
     out->booked_prefill_tokens = prefill;
     out->booked_blocks = added;
     route_share_booked(r, &req->q, c, prefill, pr->hashes, (uint32_t)pr->n_blocks, unique[k],
@@ -500,7 +555,7 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
         if (p.model == KVR_COST_TTFT) {
             size_t draw;
             pick_at = pick_balanced(r, c, &sp, n, r->cfg.tie_tolerance, isl, &reason, s->tied,
-                                    &draw);
+                                    &draw, p.edge_tie);
             size_t drawn_at;
             if (draw != SIZE_MAX &&
                 (pick = route_idle_kth(&sp, n, s->tied, draw, &drawn_at)) != SIZE_MAX)

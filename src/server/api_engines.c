@@ -130,6 +130,9 @@ static json_t *reading_json(const kvr_engine_reading_info *r)
     json_object_set_new(o, "dp_size", json_integer(r->dp_size));
     json_object_set_new(o, "is_eagle", json_boolean(r->is_eagle));
     json_object_set_new(o, "hicache", json_boolean(r->hicache));
+    if (r->max_total_num_tokens)
+        json_object_set_new(o, "max_total_num_tokens",
+                            json_integer((json_int_t)r->max_total_num_tokens));
     json_object_set_new(o, "mm_identity", json_string(kvr_mm_identity_name(r->mm_identity)));
     json_object_set_new(o, "accepts_mm_hashes",
                         r->accepts_mm_hashes < 0 ? json_null()

@@ -13,8 +13,9 @@
 #include "server/server_internal.h"
 
 /* kv_events ("auto", "on", "off", or true = on / false = off) and
- * prefill_tps (tokens/s > 0): what the router needs to score the worker
- * (route.h), no index state. */
+ * prefill_tps (tokens/s > 0) and max_total_num_tokens (the rank's KV cache
+ * capacity in tokens, SGLang's name): what the router needs to score the
+ * worker (route.h), no index state. */
 static bool parse_routing_hints(json_t *body, kvr_worker_settings *s, kvr_json_err *e)
 {
     json_t *ke = json_object_get(body, "kv_events");
@@ -43,6 +44,12 @@ static bool parse_routing_hints(json_t *body, kvr_worker_settings *s, kvr_json_e
         }
         s->prefill_tps = json_number_value(tps);
     }
+    uint64_t cap = 0;
+    if (!kvr_json_get_uint(body, "max_total_num_tokens", false, 1, KVR_MAX_KV_CAPACITY_TOKENS,
+                           &cap, e))
+        return false;
+    if (cap)
+        s->max_total_num_tokens = cap;
     return true;
 }
 
@@ -146,6 +153,8 @@ char *kvr_api_format_registration(const kvr_registration *reg)
         json_object_set_new(o, "endpoint", json_string(reg->endpoint));
     if (s->prefill_tps > 0)
         json_object_set_new(o, "prefill_tps", json_real(s->prefill_tps));
+    if (s->max_total_num_tokens)
+        json_object_set_new(o, "max_total_num_tokens", json_integer((json_int_t)s->max_total_num_tokens));
     if (reg->replay_endpoint && reg->replay_endpoint[0])
         json_object_set_new(o, "replay_endpoint", json_string(reg->replay_endpoint));
     if (reg->topic && reg->topic[0])

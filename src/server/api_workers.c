@@ -166,6 +166,10 @@ static json_t *worker_json(const kvr_worker_info *wi, const kvr_listener_info *l
     json_object_set_new(caps, "kv_events", json_string(kvr_kv_events_name(wi->kv_events)));
     json_object_set_new(caps, "image_token_id",
                         wi->has_image_token_id ? json_integer(wi->image_token_id) : json_null());
+    json_object_set_new(caps, "max_total_num_tokens",
+                        wi->max_total_num_tokens
+                            ? json_integer((json_int_t)wi->max_total_num_tokens)
+                            : json_null());
     json_object_set_new(w, "capabilities", caps);
     json_object_set_new(w, "counters", counters_json(wi, ls, n_ls));
     json_object_set_new(w, "resets", json_integer((json_int_t)wi->resets));

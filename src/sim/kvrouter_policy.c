@@ -144,11 +144,13 @@ static int register_slot(kvr_sim_kr *kr, size_t s, char *err, size_t errlen)
     kvr_sim_buf_printf(&kr->body,
                        "{\"instance_id\":%" PRIu64 ",\"dp_rank\":%" PRIu32
                        ",\"endpoint\":\"%s\",\"replay_endpoint\":\"%s\",\"model_name\":\"%s\","
-                       "\"block_size\":%" PRIu32 ",\"mm_identity\":\"%s\",\"is_eagle\":%s}",
+                       "\"block_size\":%" PRIu32 ",\"mm_identity\":\"%s\",\"is_eagle\":%s,"
+                       "\"max_total_num_tokens\":%zu}",
                        worker_id(kr, s), slot_rank(kr, s), kvr_sim_engine_endpoint(kr->eng[s]),
                        kvr_sim_engine_replay_endpoint(kr->eng[s]), kr->cfg->model_name,
                        kr->cfg->block_size, kimi ? "engine_wide" : "legacy",
-                       kr->cfg->eagle ? "true" : "false");
+                       kr->cfg->eagle ? "true" : "false",
+                       kr->cfg->capacity * (size_t)kr->cfg->block_size);
     long status;
     if (!post(kr, "/register", &status) || (status != 200 && status != 201)) {
         snprintf(err, errlen, "POST /register for worker %" PRIu64 " rank %" PRIu32

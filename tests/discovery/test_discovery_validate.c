@@ -67,6 +67,8 @@ static void check_expect(const json_t *ex, const kvr_reading *r)
         assert_int_equal(in->is_eagle, json_is_true(v));
     if ((v = json_object_get(ex, "hicache")))
         assert_int_equal(in->hicache, json_is_true(v));
+    if ((v = json_object_get(ex, "max_total_num_tokens")))
+        assert_int_equal(in->max_total_num_tokens, json_integer_value(v));
     if ((v = json_object_get(ex, "silent_reason_contains")))
         assert_non_null(strstr(in->silent_reason, json_string_value(v)));
     expect_str_list(json_object_get(ex, "endpoints"), r, "endpoints");
@@ -194,6 +196,8 @@ static void test_sglang_refuses_what_it_cannot_use(void **state)
         {"{\"served_model_name\": 3, \"kv_events\": null}", "served_model_name"},
         {"{\"enable_hierarchical_cache\": \"yes\", \"kv_events\": null}",
          "enable_hierarchical_cache"},
+        {"{\"max_total_num_tokens\": 0, \"kv_events\": null}", "max_total_num_tokens"},
+        {"{\"max_total_num_tokens\": \"lots\", \"kv_events\": null}", "max_total_num_tokens"},
         {"{\"a\": 1, \"a\": 2}", "not JSON"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -258,6 +262,28 @@ static void test_vllm_metrics_label_parsing(void **state)
                                        sizeof err);
         if (rc != cases[i].rc || (rc == 0 && r.info.block_size != cases[i].bs))
             fail_msg("case %zu: rc %d bs %u (%s)", i, rc, r.info.block_size, err);
+    }
+    /* num_gpu_blocks x block_size is the capacity; "None" or garbage leaves
+     * it unknown without refusing the block size */
+    const struct {
+        const char *text;
+        uint64_t tokens;
+    } caps[] = {
+        {"vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"1000\"} 1\n", 16000},
+        {"vllm:cache_config_info{num_gpu_blocks=\"None\",block_size=\"16\"} 1\n", 0},
+        {"vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"12x\"} 1\n", 0},
+        {"vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"999999999999999\"} 1\n", 0},
+    };
+    for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++) {
+        kvr_reading r;
+        memset(&r, 0, sizeof r);
+        char err[KVR_DISC_ERR] = "";
+        assert_int_equal(kvr_vllm_read_metrics(caps[i].text, strlen(caps[i].text), "h", &r, err,
+                                               sizeof err),
+                         0);
+        assert_int_equal(r.info.block_size, 16);
+        if (r.info.max_total_num_tokens != caps[i].tokens)
+            fail_msg("capacity case %zu: %llu", i, (unsigned long long)r.info.max_total_num_tokens);
     }
 }
 

@@ -103,6 +103,49 @@ static void test_tiers_reach(void **state)
     assert_int_equal(r.disk, 4);
 }
 
+/* The capacity estimate of a worker that registered none: the GPU blocks
+ * its events held at the fullest once it had evicted; host-tier stores do
+ * not count, and before any removal there is no estimate. */
+static void peak_is(kvr_worker *w, uint64_t want)
+{
+    kvr_worker_caps c;
+    kvr_worker_caps_get(ix, w, &c);
+    assert_int_equal(c.kv_capacity_tokens, want * B);
+}
+
+static void test_capacity_estimate_from_events(void **state)
+{
+    (void)state;
+    uint64_t tok[8 * B], h[8] = {301, 302, 303, 304, 305, 306, 307, 308};
+    text(tok, 8 * B, 40);
+    kvr_raw_event evs[2] = {store_ev(h, 5, false, 0, tok, 5 * B),
+                            store_ev(h + 5, 2, true, 305, tok + 5 * B, 2 * B)};
+    evs[1].tier = KVR_TIER_CPU;
+    apply(ix, w1, 0, evs, 2);
+    peak_is(w1, 0); /* never evicted: it may have room left */
+    kvr_raw_event rm = remove_ev(h + 4, 1);
+    apply(ix, w1, 0, &rm, 1);
+    peak_is(w1, 5); /* full at 5 GPU blocks (the 2 host blocks aside) */
+    kvr_raw_event more[2] = {store_ev(h + 4, 1, true, 304, tok + 4 * B, B),
+                             store_ev(h + 7, 1, true, 305, tok + 7 * B, B)};
+    apply(ix, w1, 0, more, 1);
+    peak_is(w1, 5);
+    apply(ix, w1, 0, &more[1], 1);
+    peak_is(w1, 6);
+    kvr_raw_event cl = clear_ev();
+    apply(ix, w1, 0, &cl, 1);
+    apply(ix, w1, 0, evs, 1);
+    peak_is(w1, 6); /* the largest seen stays */
+    peak_is(w2, 0);
+    /* a registered capacity is the capacity */
+    kvr_worker_settings s = settings(1, KVR_MM_LEGACY);
+    s.max_total_num_tokens = 12345;
+    assert_true(kvr_indexer_register(ix, &s, NULL) == KVR_REG_UPDATED);
+    kvr_worker_caps c;
+    kvr_worker_caps_get(ix, w1, &c);
+    assert_int_equal(c.kv_capacity_tokens, 12345);
+}
+
 static void test_batch_dp_rank_override_and_rank_isolation(void **state)
 {
     (void)state;
@@ -638,6 +681,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_store_chain_remove_clear, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tiers_reach, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_capacity_estimate_from_events, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_dp_rank_override_and_rank_isolation, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_worker_isolation, setup, teardown),

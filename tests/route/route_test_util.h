@@ -160,6 +160,16 @@ static inline void rt_close(kvr_indexer *ix, kvr_router *r)
     kvr_indexer_destroy(ix);
 }
 
+/* A debug decision's cost of worker id (fails the test when absent). */
+static inline const kvr_route_cost *rt_cost_of(const kvr_route_decision *d, uint64_t id)
+{
+    for (size_t i = 0; i < d->n_costs; i++)
+        if (d->costs[i].worker_id == id)
+            return &d->costs[i];
+    fail_msg("no cost for worker %llu", (unsigned long long)id);
+    return NULL;
+}
+
 /* No booking holds anything: block references, their memory, load records. */
 static inline void rt_expect_nothing_held(kvr_router *r)
 {

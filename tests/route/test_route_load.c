@@ -61,22 +61,13 @@ static kvr_route_decision route_on(fx *f, const uint32_t *tokens, const char *id
     return d;
 }
 
-static const kvr_route_cost *cost_of(const kvr_route_decision *d, uint64_t worker)
-{
-    for (size_t i = 0; i < d->n_costs; i++)
-        if (d->costs[i].worker_id == worker)
-            return &d->costs[i];
-    fail_msg("no cost for worker %llu", (unsigned long long)worker);
-    return NULL;
-}
-
 /* An unpinned, unbooked probe: the blocks it would add on workers 1, 2. */
 static void expect_new_blocks(fx *f, const uint32_t *tokens, uint32_t osl, uint64_t on1,
                               uint64_t on2)
 {
     kvr_route_decision d = route_on(f, tokens, NULL, 0, osl);
-    assert_int_equal(cost_of(&d, 1)->new_blocks, on1);
-    assert_int_equal(cost_of(&d, 2)->new_blocks, on2);
+    assert_int_equal(rt_cost_of(&d, 1)->new_blocks, on1);
+    assert_int_equal(rt_cost_of(&d, 2)->new_blocks, on2);
     kvr_route_decision_free(&d);
 }
 
@@ -156,8 +147,8 @@ static void test_uncached_prefill_booking(void **state)
      * worker 1: (4 + 16)/4 - 3 = 2 (+ 4 active + 0 new);
      * worker 2: (16 + 16)/4 - 0 = 8 (+ 4 active + 0 new). */
     d = route_on(f, f->a, NULL, 0, 0);
-    assert_true(fabs(cost_of(&d, 1)->cost - 6.0) < 1e-9);
-    assert_true(fabs(cost_of(&d, 2)->cost - 12.0) < 1e-9);
+    assert_true(fabs(rt_cost_of(&d, 1)->cost - 6.0) < 1e-9);
+    assert_true(fabs(rt_cost_of(&d, 2)->cost - 12.0) < 1e-9);
     assert_int_equal(d.worker_id, 1);
     kvr_route_decision_free(&d);
 
@@ -254,8 +245,8 @@ static void test_loads_follow_workers_as_ranks_move(void **state)
     assert_int_equal(d.booked_prefill_tokens, 16);
     kvr_route_decision_free(&d);
     d = route_on(f, f->a, NULL, 0, 0);
-    assert_int_equal(cost_of(&d, 30)->active_prefill_tokens, 16);
-    assert_int_equal(cost_of(&d, 20)->active_prefill_tokens, 0);
+    assert_int_equal(rt_cost_of(&d, 30)->active_prefill_tokens, 16);
+    assert_int_equal(rt_cost_of(&d, 20)->active_prefill_tokens, 0);
     kvr_route_decision_free(&d);
 
     /* Worker 10 sorts before both, worker 20 gains rank 1: every position moves. */
@@ -264,16 +255,16 @@ static void test_loads_follow_workers_as_ranks_move(void **state)
     rt_widen(f->a, t, N);
     rt_store(f->ix, w20, 1, BS, t, BS, false, 300);
     d = route_on(f, f->a, NULL, 0, 0);
-    assert_int_equal(cost_of(&d, 30)->active_prefill_tokens, 16);
-    assert_int_equal(cost_of(&d, 20)->active_prefill_tokens, 0);
-    assert_int_equal(cost_of(&d, 20)->dp_rank, 1);
-    assert_int_equal(cost_of(&d, 10)->active_prefill_tokens, 0);
+    assert_int_equal(rt_cost_of(&d, 30)->active_prefill_tokens, 16);
+    assert_int_equal(rt_cost_of(&d, 20)->active_prefill_tokens, 0);
+    assert_int_equal(rt_cost_of(&d, 20)->dp_rank, 1);
+    assert_int_equal(rt_cost_of(&d, 10)->active_prefill_tokens, 0);
     kvr_route_decision_free(&d);
 
     assert_int_equal(kvr_router_release(f->r, "x"), KVR_ROUTE_OK);
     d = route_on(f, f->a, NULL, 0, 0);
-    assert_int_equal(cost_of(&d, 30)->active_prefill_tokens, 0);
-    assert_int_equal(cost_of(&d, 30)->active_decode_blocks, 0);
+    assert_int_equal(rt_cost_of(&d, 30)->active_prefill_tokens, 0);
+    assert_int_equal(rt_cost_of(&d, 30)->active_decode_blocks, 0);
     kvr_route_decision_free(&d);
 
     d = route_on(f, f->a, "y", 20, 0);
@@ -283,9 +274,9 @@ static void test_loads_follow_workers_as_ranks_move(void **state)
     d = route_on(f, f->a, "z", 30, 0);
     kvr_route_decision_free(&d);
     d = route_on(f, f->a, NULL, 0, 0);
-    assert_int_equal(cost_of(&d, 20)->active_prefill_tokens, booked);
-    assert_int_equal(cost_of(&d, 30)->active_prefill_tokens, 16);
-    assert_int_equal(cost_of(&d, 10)->active_prefill_tokens, 0);
+    assert_int_equal(rt_cost_of(&d, 20)->active_prefill_tokens, booked);
+    assert_int_equal(rt_cost_of(&d, 30)->active_prefill_tokens, 16);
+    assert_int_equal(rt_cost_of(&d, 10)->active_prefill_tokens, 0);
     kvr_route_decision_free(&d);
 }
 

@@ -66,15 +66,6 @@ static kvr_route_decision route_n(fx *f, const char *id, size_t n, uint64_t pin)
     return rt_route_debug(f->r, f->tokens, n, id, pin);
 }
 
-static const kvr_route_cost *cost_of(const kvr_route_decision *d, uint64_t id)
-{
-    for (size_t i = 0; i < d->n_costs; i++)
-        if (d->costs[i].worker_id == id)
-            return &d->costs[i];
-    fail_msg("no cost for worker %llu", (unsigned long long)id);
-    return NULL;
-}
-
 static bool near(double a, double b) { return fabs(a - b) <= 1e-9 * (1 + fabs(b)); }
 
 /* A decoding booking on worker pin: a prompt of N tokens starting with
@@ -122,10 +113,10 @@ static void test_cost_is_predicted_ttft(void **state)
     worker_with(f, 2, 0);
     kvr_route_decision d = route_n(f, "a", N, 0);
     assert_true(d.worker_id == 1);
-    assert_true(near(cost_of(&d, 1)->cost, 224 / 1e4));
-    assert_true(near(cost_of(&d, 2)->cost, (1024 + 20 * 800) / 1e4));
-    assert_true(near(cost_of(&d, 1)->credit, 800));
-    assert_true(near(cost_of(&d, 1)->decode_factor, 1.0));
+    assert_true(near(rt_cost_of(&d, 1)->cost, 224 / 1e4));
+    assert_true(near(rt_cost_of(&d, 2)->cost, (1024 + 20 * 800) / 1e4));
+    assert_true(near(rt_cost_of(&d, 1)->credit, 800));
+    assert_true(near(rt_cost_of(&d, 1)->decode_factor, 1.0));
     assert_int_equal(d.booked_prefill_tokens, 224);
     kvr_route_decision_free(&d);
     done(f);
@@ -146,7 +137,7 @@ static void test_queue_drains_with_time(void **state)
     double factor = 1 + 5e-6 * 1024;
     f->now += 0.01;
     d = route_n(f, NULL, N, 0);
-    const kvr_route_cost *c = cost_of(&d, 1);
+    const kvr_route_cost *c = rt_cost_of(&d, 1);
     assert_true(near(c->decode_factor, 1.0));
     double rate = 1e4;
     assert_true(near(c->queued_tokens, 224 - 0.01 * rate));
@@ -154,13 +145,13 @@ static void test_queue_drains_with_time(void **state)
     kvr_route_decision_free(&d);
     f->now += 10;
     d = route_n(f, NULL, N, 0);
-    assert_true(near(cost_of(&d, 1)->queued_tokens, 0.1 * 224));
+    assert_true(near(rt_cost_of(&d, 1)->queued_tokens, 0.1 * 224));
     kvr_route_decision_free(&d);
     /* Prefill done: nothing queued, the decode factor stays until /free. */
     assert_int_equal(kvr_router_prefill_done(f->r, "a"), KVR_ROUTE_OK);
     d = route_n(f, NULL, N, 0);
-    assert_true(near(cost_of(&d, 1)->queued_tokens, 0));
-    assert_true(near(cost_of(&d, 1)->cost, 224 * factor / 1e4));
+    assert_true(near(rt_cost_of(&d, 1)->queued_tokens, 0));
+    assert_true(near(rt_cost_of(&d, 1)->cost, 224 * factor / 1e4));
     kvr_route_decision_free(&d);
     assert_int_equal(kvr_router_release(f->r, "a"), KVR_ROUTE_OK);
     done(f);
@@ -189,8 +180,8 @@ static void test_rate_learned_from_prefill_done(void **state)
     assert_true(near(kvr_router_prefill_rate(f->r, RT_MODEL, NULL, 1, 0), 1024 / 0.05));
     assert_true(kvr_router_prefill_rate(f->r, RT_MODEL, NULL, 2, 0) == 0);
     kvr_route_decision d = route_n(f, NULL, N, 0);
-    assert_true(near(cost_of(&d, 1)->prefill_tps, 20480));
-    assert_true(near(cost_of(&d, 2)->prefill_tps, 20480));
+    assert_true(near(rt_cost_of(&d, 1)->prefill_tps, 20480));
+    assert_true(near(rt_cost_of(&d, 2)->prefill_tps, 20480));
     kvr_route_decision_free(&d);
     /* A caller-measured TTFT counts instead of the clock: 0.1 s. */
     d = route_n(f, "x", N, 2);
@@ -277,9 +268,9 @@ static void test_copies_count_one_over_holders(void **state)
     worker_with(f, 2, 100);
     worker_with(f, 3, 0);
     kvr_route_decision d = route_n(f, NULL, N, 0);
-    assert_true(near(cost_of(&d, 1)->cost, 224 / 1e4));
-    assert_true(near(cost_of(&d, 2)->cost, (624 + 400) / 1e4));
-    assert_true(near(cost_of(&d, 3)->cost, (1024 + 600) / 1e4));
+    assert_true(near(rt_cost_of(&d, 1)->cost, 224 / 1e4));
+    assert_true(near(rt_cost_of(&d, 2)->cost, (624 + 400) / 1e4));
+    assert_true(near(rt_cost_of(&d, 3)->cost, (1024 + 600) / 1e4));
     kvr_route_decision_free(&d);
     done(f);
 }
@@ -323,15 +314,15 @@ static void test_booked_work_reaches_a_bound_slot(void **state)
     worker_with(f, 1, 0);
     worker_with(f, 2, 0);
     kvr_route_decision d = route_n(f, NULL, N, 0); /* binds both slots */
-    assert_true(cost_of(&d, 1)->recent_work == 0);
+    assert_true(rt_cost_of(&d, 1)->recent_work == 0);
     kvr_route_decision_free(&d);
     d = route_n(f, "a", N, 1);
     double booked = (double)d.booked_prefill_tokens;
     assert_true(booked > 0);
     kvr_route_decision_free(&d);
     d = route_n(f, NULL, N, 0); /* no time passed: nothing decayed */
-    assert_true(near(cost_of(&d, 1)->recent_work, booked));
-    assert_true(cost_of(&d, 2)->recent_work == 0);
+    assert_true(near(rt_cost_of(&d, 1)->recent_work, booked));
+    assert_true(rt_cost_of(&d, 2)->recent_work == 0);
     kvr_route_decision_free(&d);
     assert_int_equal(kvr_router_release(f->r, "a"), KVR_ROUTE_OK);
     done(f);
@@ -360,8 +351,8 @@ static void test_long_requests_tie_less(void **state)
         char id[8];
         snprintf(id, sizeof id, "l%d", i);
         kvr_route_decision d = route_n(f, id, N, 0);
-        assert_true(near(cost_of(&d, 1)->cost, 1016 / 250.0));
-        assert_true(near(cost_of(&d, 2)->cost, 1024 / 250.0));
+        assert_true(near(rt_cost_of(&d, 1)->cost, 1016 / 250.0));
+        assert_true(near(rt_cost_of(&d, 2)->cost, 1024 / 250.0));
         assert_int_equal(d.worker_id, 1);
         assert_int_equal(d.reason, KVR_REASON_BEST_COST);
         kvr_route_decision_free(&d);
@@ -406,7 +397,7 @@ static void test_decode_slowdown_fitted(void **state)
     }
     f->tokens[0] = 700;
     kvr_route_decision d = route_n(f, NULL, N, 1);
-    double got = cost_of(&d, 1)->decode_factor;
+    double got = rt_cost_of(&d, 1)->decode_factor;
     if (fabs(got - (1 + 2e-5 * 24576)) > 0.01)
         fail_msg("decode factor %f, want %f", got, 1 + 2e-5 * 24576);
     kvr_route_decision_free(&d);
@@ -425,7 +416,7 @@ static void test_learned_rate_reaches_a_bound_slot(void **state)
     fx *f = make_with(NULL);
     worker_with(f, 1, 0);
     kvr_route_decision d = route_n(f, NULL, N, 0); /* binds worker 1's slot */
-    assert_true(near(cost_of(&d, 1)->prefill_tps, 1e4));
+    assert_true(near(rt_cost_of(&d, 1)->prefill_tps, 1e4));
     kvr_route_decision_free(&d);
     char id[16];
     for (int i = 0; i < KVR_ROUTE_RATE_MIN_SAMPLES; i++) {
@@ -436,7 +427,7 @@ static void test_learned_rate_reaches_a_bound_slot(void **state)
         assert_int_equal(kvr_router_prefill_done(f->r, id), KVR_ROUTE_OK);
         if (i == KVR_ROUTE_RATE_MIN_SAMPLES - 1) {
             d = route_n(f, NULL, N, 0);
-            assert_true(near(cost_of(&d, 1)->prefill_tps, 1024 / 0.05));
+            assert_true(near(rt_cost_of(&d, 1)->prefill_tps, 1024 / 0.05));
             kvr_route_decision_free(&d);
         }
         assert_int_equal(kvr_router_release(f->r, id), KVR_ROUTE_OK);
@@ -461,7 +452,7 @@ static void test_no_learning_keeps_configured_rate(void **state)
         assert_int_equal(kvr_router_release(f->r, id), KVR_ROUTE_OK);
     }
     kvr_route_decision d = route_n(f, NULL, N, 0);
-    assert_true(near(cost_of(&d, 1)->prefill_tps, 1e4));
+    assert_true(near(rt_cost_of(&d, 1)->prefill_tps, 1e4));
     kvr_route_decision_free(&d);
     done(f);
 }
@@ -483,7 +474,7 @@ static void test_decode_factor_bounded(void **state)
     }
     f->tokens[0] = 700;
     kvr_route_decision d = route_n(f, NULL, N, 1);
-    assert_true(near(cost_of(&d, 1)->decode_factor, 1.5));
+    assert_true(near(rt_cost_of(&d, 1)->decode_factor, 1.5));
     kvr_route_decision_free(&d);
     done(f);
 }

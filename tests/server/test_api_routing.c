@@ -272,6 +272,19 @@ static void test_bad_values_name_the_field(void **state)
                      400);
     assert_non_null(strstr(json_string_value(json_object_get(r, "error")), "prefill_tps"));
     json_decref(r);
+    const char *caps[] = {"0", "-1", "\"lots\"", "1.5", "1099511627777"};
+    for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++) {
+        char body[256];
+        snprintf(body, sizeof body,
+                 "{\"instance_id\": 1, \"endpoint\": \"tcp://127.0.0.1:1\", \"model_name\": "
+                 "\"m\", \"block_size\": 4, \"max_total_num_tokens\": %s}",
+                 caps[i]);
+        assert_int_equal(th_register(base, body, &r), 400);
+        const char *msg = json_string_value(json_object_get(r, "error"));
+        if (!msg || !strstr(msg, "max_total_num_tokens"))
+            fail_msg("max_total_num_tokens %s: %s", caps[i], msg ? msg : "(no error)");
+        json_decref(r);
+    }
     assert_int_equal(th_register(base,
                                  "{\"instance_id\": 1, \"endpoint\": \"tcp://127.0.0.1:1\", "
                                  "\"model_name\": \"m\", \"block_size\": 4}",

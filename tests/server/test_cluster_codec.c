@@ -18,7 +18,7 @@ static const char *full =
     "\"replay_endpoint\": \"tcp://10.0.0.1:5558\", \"topic\": \"kv\", \"lora_name\": \"ad\", "
     "\"mm_identity\": \"engine_wide\", \"accepts_mm_hashes\": true, \"is_eagle\": true, "
     "\"engine\": \"vllm\", \"image_token_id\": 151655, \"kv_events\": \"on\", "
-    "\"prefill_tps\": 25000.5}";
+    "\"prefill_tps\": 25000.5, \"max_total_num_tokens\": 523776}";
 
 static void parse(const char *text, kvr_registration *reg, json_t **holder)
 {
@@ -58,6 +58,7 @@ static void test_every_field_round_trips(void **state)
     assert_int_equal(y->image_token_id, 151655);
     assert_int_equal(y->kv_events, KVR_KV_EVENTS_ON);
     assert_true(y->prefill_tps == 25000.5);
+    assert_true(y->max_total_num_tokens == 523776);
     /* the same registration, the same bytes */
     char *again = kvr_api_format_registration(&b);
     assert_string_equal(again, text);

@@ -230,6 +230,8 @@ static void test_sglang_two_dp_ranks_are_found_and_indexed(void **state)
     json_t *caps = json_object_get(wk, "capabilities");
     assert_string_equal(json_string_value(json_object_get(caps, "mm_identity")), "legacy");
     assert_string_equal(json_string_value(json_object_get(caps, "engine")), "sglang");
+    /* the capacity the engine reports reaches the registration */
+    assert_int_equal(json_integer_value(json_object_get(caps, "max_total_num_tokens")), 523776);
     json_decref(all);
     world_stop(&w);
 }
@@ -315,6 +317,8 @@ static void test_vllm_sources_metrics_and_models(void **state)
     json_t *caps = json_object_get(w, "capabilities");
     assert_string_equal(json_string_value(json_object_get(caps, "engine")), "vllm");
     assert_int_equal(json_integer_value(json_object_get(caps, "image_token_id")), 151655);
+    /* num_gpu_blocks 28672 x block_size 16 */
+    assert_int_equal(json_integer_value(json_object_get(caps, "max_total_num_tokens")), 458752);
     assert_string_equal(
         json_string_value(json_object_get(json_object_get(w, "discovery"), "kind")), "vllm");
     json_decref(all);

@@ -1,0 +1,163 @@
+/* The LRU edge (route/edge.c, router option lru_edge): with each worker's
+ * KV capacity registered (max_total_num_tokens), the router counts the
+ * tokens each worker took in since each prompt routed there, and the
+ * rules charge a placement the prompts its new tokens would push past the
+ * edge. Worked out by hand on a fake clock: every prompt is its own
+ * (distinct first token), the rate is the default 10000 tokens/s. */
+#include <math.h>
+
+#include "route_test_util.h"
+
+#define BS 4
+#define CAP 2000 /* tokens per worker */
+#define MAXN 2048
+
+typedef struct {
+    kvr_indexer *ix;
+    kvr_router *r;
+    double now;
+    uint32_t tokens[MAXN];
+} fx;
+
+static double fake_clock(void *ud) { return ((fx *)ud)->now; }
+
+static fx *make(kvr_lru_edge rule)
+{
+    fx *f = calloc(1, sizeof *f);
+    f->ix = kvr_indexer_create();
+    kvr_router_config cfg;
+    kvr_router_config_default(&cfg);
+    cfg.rng_seed = 3;
+    cfg.rank_refresh_s = 0;
+    cfg.recompute_weight = 0; /* no prompt is held anywhere: nothing to copy */
+    cfg.lru_edge = rule;
+    cfg.clock = fake_clock;
+    cfg.clock_ud = f;
+    f->r = kvr_router_create(f->ix, &cfg);
+    assert_non_null(f->r);
+    f->now = 100;
+    for (uint64_t id = 1; id <= 2; id++) {
+        kvr_worker_settings s = {0};
+        s.model_name = RT_MODEL;
+        s.worker_id = id;
+        s.block_size = BS;
+        s.accepts_mm_hashes = -1;
+        s.max_total_num_tokens = CAP;
+        assert_int_equal(kvr_indexer_register(f->ix, &s, NULL), KVR_REG_CREATED);
+    }
+    return f;
+}
+
+/* Prompt `first` (n tokens) routed (pinned to pin when not 0) and done. */
+static kvr_route_decision route(fx *f, const char *id, uint32_t first, size_t n, uint64_t pin)
+{
+    for (size_t i = 0; i < n; i++)
+        f->tokens[i] = first * 10000 + (uint32_t)i;
+    kvr_route_decision d = rt_route_debug(f->r, f->tokens, n, id, pin);
+    assert_int_equal(kvr_router_prefill_done(f->r, id), KVR_ROUTE_OK);
+    assert_int_equal(kvr_router_release(f->r, id), KVR_ROUTE_OK);
+    return d;
+}
+
+/* Worker 1 took in prompt 1 (600 tokens), then prompt 2 (1000): prompt 1
+ * is 1000 tokens old, in a 2000-token cache. Worker 2 took in prompt 3
+ * (1700 tokens): more recent work, and its prompt is new. A cold request
+ * of 1000 tokens pushes prompt 1 past worker 1's edge and nothing past
+ * worker 2's. Off, the least recent work (worker 1) takes it; cost adds
+ * 600 tokens at the share of prompts that came back (none yet: 1/2) to
+ * worker 1's 0.1 s, out of the tie window; tie prefers the fewer pushed
+ * out. */
+static void test_placement_spares_the_prompt_at_the_edge(void **state)
+{
+    (void)state;
+    const kvr_lru_edge rules[] = {KVR_EDGE_OFF, KVR_EDGE_COST, KVR_EDGE_TIE};
+    const uint64_t want[] = {1, 2, 2};
+    for (size_t k = 0; k < 3; k++) {
+        fx *f = make(rules[k]);
+        kvr_route_decision d = route(f, "p1", 1, 600, 1);
+        kvr_route_decision_free(&d);
+        d = route(f, "p2", 2, 1000, 1);
+        kvr_route_decision_free(&d);
+        d = route(f, "p3", 3, 1700, 2);
+        kvr_route_decision_free(&d);
+        d = route(f, "cold", 4, 1000, 0);
+        if (d.worker_id != want[k])
+            fail_msg("lru_edge %s: worker %llu", kvr_lru_edge_name(rules[k]),
+                     (unsigned long long)d.worker_id);
+        const kvr_route_cost *c1 = rt_cost_of(&d, 1), *c2 = rt_cost_of(&d, 2);
+        if (rules[k] == KVR_EDGE_OFF) {
+            assert_true(c1->edge_loss_tokens == 0 && c2->edge_loss_tokens == 0);
+        } else {
+            assert_true(c1->edge_loss_tokens == 600);
+            assert_true(c2->edge_loss_tokens == 0);
+            double extra = rules[k] == KVR_EDGE_COST ? 0.5 * 600 / 10000.0 : 0;
+            assert_true(fabs(c1->cost - (0.1 + extra)) < 1e-9);
+            assert_true(fabs(c2->cost - 0.1) < 1e-9);
+        }
+        kvr_route_decision_free(&d);
+        rt_close(f->ix, f->r);
+        free(f);
+    }
+}
+
+/* The age of what a request comes back to: the tokens its worker took in
+ * since that prompt. Its own prompt is touched again, never charged as
+ * pushed out; a prompt older than the capacity is gone from the edge. */
+static void test_age_of_the_prompt_a_request_comes_back_to(void **state)
+{
+    (void)state;
+    fx *f = make(KVR_EDGE_COST);
+    kvr_worker *w = kvr_indexer_find(f->ix, RT_MODEL, NULL, 1);
+    kvr_route_decision d = route(f, "p1", 1, 600, 1);
+    kvr_route_decision_free(&d);
+    d = route(f, "p2", 2, 1000, 1);
+    kvr_route_decision_free(&d);
+    /* worker 1's cache holds prompt 1 (its events say so) */
+    uint64_t t[600];
+    for (size_t i = 0; i < 600; i++)
+        t[i] = 10000 + i;
+    rt_store(f->ix, w, 0, BS, t, 600, false, 5000);
+    /* the next turn: prompt 1 and 1000 more tokens */
+    d = route(f, "p1b", 1, 1600, 0);
+    const kvr_route_cost *c1 = rt_cost_of(&d, 1), *c2 = rt_cost_of(&d, 2);
+    assert_int_equal(c1->gpu_blocks, 150);
+    assert_true(c1->prefix_age_tokens == 1000);
+    assert_true(c2->prefix_age_tokens == -1);
+    /* 1000 new tokens on worker 1 reach ages [1000, 2000): prompt 1 itself
+     * (touched again, not lost); nothing else is that old */
+    assert_true(c1->edge_loss_tokens == 0);
+    assert_int_equal(d.worker_id, 1);
+    kvr_route_decision_free(&d);
+    /* worker 1 took in 1000 more: prompt 2 is 1000 old, prompt 1b new; a
+     * cold 1500-token request there would push prompt 2 out */
+    d = route(f, "cold", 4, 1500, 0);
+    assert_true(rt_cost_of(&d, 1)->edge_loss_tokens == 1000);
+    kvr_route_decision_free(&d);
+    rt_close(f->ix, f->r);
+    free(f);
+}
+
+static void test_names(void **state)
+{
+    (void)state;
+    kvr_router_config cfg;
+    kvr_router_config_default(&cfg);
+    assert_int_equal(cfg.lru_edge, KVR_EDGE_OFF);
+    assert_int_equal(kvr_router_config_parse(&cfg, "lru_edge", "tie"), 0);
+    assert_int_equal(cfg.lru_edge, KVR_EDGE_TIE);
+    assert_int_equal(kvr_router_config_parse(&cfg, "lru_edge", "cost"), 0);
+    assert_int_equal(cfg.lru_edge, KVR_EDGE_COST);
+    assert_int_equal(kvr_router_config_parse(&cfg, "lru_edge", "always"), -1);
+    assert_string_equal(kvr_lru_edge_name(KVR_EDGE_OFF), "off");
+    assert_null(kvr_lru_edge_name((kvr_lru_edge)3));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_placement_spares_the_prompt_at_the_edge),
+        cmocka_unit_test(test_age_of_the_prompt_a_request_comes_back_to),
+        cmocka_unit_test(test_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
