@@ -163,6 +163,7 @@ typedef struct {
     const kvr_raw_event *given;  /* kvr_batch_of_events */
     uint32_t n_read;
     kvr_raw_event ev;            /* the event handed out last */
+    bool ev_fast_clean;          /* ev's fields the fast decoder never sets are 0 */
     uint64_t *u64_buf;           /* its hashes and tokens */
     size_t u64_cap;
     size_t max_bytes;

@@ -185,6 +185,7 @@ static void reset(kvr_batch *b)
     b->given = NULL;
     memset(&b->tally, 0, sizeof b->tally);
     memset(&b->ev, 0, sizeof b->ev);
+    b->ev_fast_clean = true;
 }
 
 kvr_batch_error kvr_batch_decode(kvr_batch *b, const void *payload, size_t len)
@@ -255,8 +256,10 @@ const kvr_raw_event *kvr_batch_next(kvr_batch *b)
     if (b->given) {
         ev = &b->given[b->n_read];
     } else {
-        if (!kvr_wire_decode_event_fast(b, &b->next))
+        if (!kvr_wire_decode_event_fast(b, &b->next)) {
             kvr_wire_decode_event(b, &b->next);
+            b->ev_fast_clean = false;
+        }
         ev = &b->ev;
     }
     b->n_read++;

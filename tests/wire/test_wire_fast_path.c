@@ -365,6 +365,87 @@ static void test_scalar_table_matches_msgpuck(void **state)
     }
 }
 
+/* Events handed out one after another (kvr_batch_next) carry nothing of
+ * the one before: the fast path clears only the fields it sets when the
+ * last event was its own, so a store with every field, a removal, a bare
+ * store, a map event (the general path: salt, session) and a bare store
+ * again each equal what a fresh general decode of their bytes gives. */
+static void test_fast_events_leave_nothing_behind(void **state)
+{
+    (void)state;
+    char buf[1024], *p = mp_encode_array(buf, 3);
+    p = mp_encode_double(p, 0.0);
+    p = mp_encode_array(p, 5);
+    p = mp_encode_array(p, 8); /* every field the fast path sets */
+    p = mp_encode_str(p, "BlockStored", 11);
+    p = mp_encode_array(p, 1);
+    p = mp_encode_uint(p, 11);
+    p = mp_encode_uint(p, 10);
+    p = mp_encode_array(p, 16);
+    for (uint32_t i = 0; i < 16; i++)
+        p = mp_encode_uint(p, 70000 + i);
+    p = mp_encode_uint(p, 16);
+    p = mp_encode_uint(p, 7);
+    p = mp_encode_str(p, "CPU", 3);
+    p = mp_encode_str(p, "adapter-a", 9);
+    p = mp_encode_array(p, 2);
+    p = mp_encode_str(p, "BlockRemoved", 12);
+    p = mp_encode_array(p, 1);
+    p = mp_encode_uint(p, 11);
+    for (int round = 0; round < 2; round++) {
+        p = mp_encode_array(p, 5); /* a bare store */
+        p = mp_encode_str(p, "BlockStored", 11);
+        p = mp_encode_array(p, 1);
+        p = mp_encode_uint(p, 12);
+        p = mp_encode_nil(p);
+        p = mp_encode_array(p, 2);
+        p = mp_encode_uint(p, 1);
+        p = mp_encode_uint(p, 2);
+        p = mp_encode_uint(p, 16);
+        if (round == 1)
+            break;
+        p = mp_encode_map(p, 5); /* the general path's fields */
+        p = mp_encode_str(p, "type", 4);
+        p = mp_encode_str(p, "BlockStored", 11);
+        p = mp_encode_str(p, "block_hashes", 12);
+        p = mp_encode_array(p, 1);
+        p = mp_encode_uint(p, 13);
+        p = mp_encode_str(p, "token_ids", 9);
+        p = mp_encode_array(p, 1);
+        p = mp_encode_uint(p, 3);
+        p = mp_encode_str(p, "cache_salt", 10);
+        p = mp_encode_str(p, "salt", 4);
+        p = mp_encode_str(p, "session_id", 10);
+        p = mp_encode_str(p, "s1", 2);
+    }
+    p = mp_encode_nil(p);
+    size_t len = (size_t)(p - buf);
+    char *copy = malloc(len);
+    memcpy(copy, buf, len);
+    kvr_batch b, general;
+    kvr_batch_init(&b);
+    kvr_batch_init(&general);
+    assert_int_equal(kvr_batch_decode(&b, copy, len), KVR_BATCH_OK);
+    assert_int_equal(b.n_events, 5);
+    const char *cur = b.next;
+    const kvr_raw_event *ev;
+    uint32_t n = 0, salted = 0;
+    while ((ev = kvr_batch_next(&b))) {
+        kvr_batch_free(&general);
+        kvr_batch_init(&general);
+        kvr_wire_decode_event(&general, &cur);
+        assert_int_not_equal(general.ev.type, KVR_EV_DROPPED);
+        assert_same_event(ev, &general.ev);
+        salted += ev->cache_salt.len > 0;
+        n++;
+    }
+    assert_int_equal(n, 5);
+    assert_int_equal(salted, 1);
+    kvr_batch_free(&b);
+    kvr_batch_free(&general);
+    free(copy);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -372,6 +453,7 @@ int main(void)
         cmocka_unit_test(test_fast_path_equals_general_decoder),
         cmocka_unit_test(test_common_shapes_take_the_fast_path),
         cmocka_unit_test(test_u32_view_stops_at_its_bound),
+        cmocka_unit_test(test_fast_events_leave_nothing_behind),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
