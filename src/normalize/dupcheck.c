@@ -46,8 +46,8 @@ static bool insert(uint64_t *slots, size_t mask, uint64_t key)
     }
 }
 
-bool kvr_dupcheck_has_repeat(kvr_dupcheck *d, bool has_parent, uint64_t parent,
-                             const uint64_t *hashes, size_t n)
+bool kvr_dupcheck_has_repeat_in(kvr_dupcheck *d, bool has_parent, uint64_t parent,
+                                const uint64_t *hashes, size_t n)
 {
     size_t total = n + (has_parent ? 1 : 0);
     if (total < 2)

@@ -12,6 +12,7 @@
 void kvr_norm_filter_init(kvr_norm_filter *f, uint32_t block_size)
 {
     kvr_u64map_init(&f->group_kinds);
+    f->learned = false;
     f->block_size = block_size;
     f->mismatch_warned = false;
     f->last_mismatch_warn = 0;
@@ -25,6 +26,7 @@ void kvr_norm_filter_free(kvr_norm_filter *f)
 void kvr_norm_filter_reset(kvr_norm_filter *f)
 {
     kvr_u64map_clear(&f->group_kinds);
+    f->learned = false;
 }
 
 static bool kind_is_main(kvr_str kind)
@@ -42,12 +44,13 @@ static kvr_drop_reason check_group(kvr_norm_filter *f, const kvr_raw_event *ev)
         /* Only stores teach kinds: removals echo what stores announced. */
         if (ev->type == KVR_EV_STORED &&
             (kvr_u64map_len(&f->group_kinds) < MAX_LEARNED_GROUPS ||
-             kvr_u64map_find(&f->group_kinds, group)))
-            kvr_u64map_put(&f->group_kinds, group, main ? GROUP_MAIN : GROUP_OTHER);
+             kvr_u64map_find(&f->group_kinds, group)) &&
+            kvr_u64map_put(&f->group_kinds, group, main ? GROUP_MAIN : GROUP_OTHER) >= 0)
+            f->learned = true;
         return main ? KVR_DROP_NONE : KVR_DROP_NON_MAIN_ATTENTION;
     }
     uint64_t learned;
-    if (kvr_u64map_get(&f->group_kinds, group, &learned))
+    if (f->learned && kvr_u64map_get(&f->group_kinds, group, &learned))
         return learned == GROUP_MAIN ? KVR_DROP_NONE : KVR_DROP_NON_MAIN_ATTENTION;
     /* An unknown group other than the default one may be a sliding-window
      * group whose store we never saw: indexing it would corrupt matches. */

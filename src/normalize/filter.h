@@ -11,6 +11,7 @@
 
 typedef struct {
     kvr_u64map group_kinds; /* group_idx -> learned kind (main or not) */
+    bool learned;           /* group_kinds holds any: else no lookup per event */
     uint32_t block_size;
     bool mismatch_warned;
     double last_mismatch_warn; /* CLOCK_MONOTONIC seconds */
