@@ -170,8 +170,10 @@ static void gpu_stored(kvr_worker *w, kvr_rank_state *r, kvr_tier tier, size_t n
         return;
     r->gpu_held += n;
     if (r->gpu_evicted &&
-        r->gpu_held > atomic_load_explicit(&w->peak_gpu_blocks, memory_order_relaxed))
+        r->gpu_held > atomic_load_explicit(&w->peak_gpu_blocks, memory_order_relaxed)) {
         atomic_store_explicit(&w->peak_gpu_blocks, r->gpu_held, memory_order_relaxed);
+        kvr_ix_caps_changed(w->grp); /* kvr_worker_caps reads the estimate */
+    }
 }
 
 static bool apply_store(kvr_worker *w, kvr_rank_state *r, const kvr_norm_event *ne)

@@ -112,7 +112,8 @@ struct kvr_indexer {
 
 /* indexer.c */
 /* After a change to what kvr_worker_caps reads of a worker of g (its
- * registration, rank_bits, wide_ranks, wide_seen): the stores come first. */
+ * registration, rank_bits, wide_ranks, wide_seen, peak_gpu_blocks): the
+ * stores come first. */
 static inline void kvr_ix_caps_changed(kvr_group *g)
 {
     atomic_fetch_add_explicit(&g->caps_gen, 1, memory_order_release);

@@ -106,16 +106,28 @@ static void test_tiers_reach(void **state)
 /* The capacity estimate of a worker that registered none: the GPU blocks
  * its events held at the fullest once it had evicted; host-tier stores do
  * not count, and before any removal there is no estimate. */
+static kvr_worker_caps kept[4]; /* a router's copy (kvr_indexer_caps_list_since) */
+static uint64_t kept_gen;
+
 static void peak_is(kvr_worker *w, uint64_t want)
 {
     kvr_worker_caps c;
     kvr_worker_caps_get(ix, w, &c);
     assert_int_equal(c.kv_capacity_tokens, want * B);
+    /* the kept copy follows the estimate (its generation moves with it) */
+    size_t n = kvr_indexer_caps_list_since(ix, MODEL, NULL, kept, 4, &kept_gen);
+    assert_true(n <= 4);
+    size_t i = 0;
+    while (i < n && kept[i].worker_id != c.worker_id)
+        i++;
+    assert_true(i < n);
+    assert_int_equal(kept[i].kv_capacity_tokens, want * B);
 }
 
 static void test_capacity_estimate_from_events(void **state)
 {
     (void)state;
+    kept_gen = 0;
     uint64_t tok[8 * B], h[8] = {301, 302, 303, 304, 305, 306, 307, 308};
     text(tok, 8 * B, 40);
     kvr_raw_event evs[2] = {store_ev(h, 5, false, 0, tok, 5 * B),
