@@ -162,7 +162,6 @@ static kvr_drop_reason convert_store(kvr_worker *w, kvr_rank_state *r, const kvr
     return why;
 }
 
-/* Returns false when the event was dropped (already counted). */
 /* The occupancy that estimates the capacity (kvr_rank_state.gpu_held). */
 static void gpu_stored(kvr_worker *w, kvr_rank_state *r, kvr_tier tier, size_t n)
 {
@@ -176,6 +175,7 @@ static void gpu_stored(kvr_worker *w, kvr_rank_state *r, kvr_tier tier, size_t n
     }
 }
 
+/* Returns false when the event was dropped (already counted). */
 static bool apply_store(kvr_worker *w, kvr_rank_state *r, const kvr_norm_event *ne)
 {
     size_t n = ne->n_block_hashes;
