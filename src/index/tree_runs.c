@@ -14,9 +14,25 @@
 /* Chunks cover the ids below the allocator's top (plus one spare, so a
  * count hovering at a chunk boundary does not allocate and free
  * repeatedly); the root's chunk always stays. */
+static uint32_t chunks_needed(const kvr_ids *ids)
+{
+    return (ids->top + KVR_CHUNK - 1) >> KVR_CHUNK_BITS;
+}
+
+static uint32_t chunks_kept(const kvr_ids *ids, uint32_t need)
+{
+    return ids->count <= 1 ? 1 : need + 1;
+}
+
+/* The chunk pointer array halves while a quarter of it or less is used. */
+static bool array_shrinks(uint32_t n, uint32_t cap)
+{
+    return cap > 8 && n * 4 <= cap;
+}
+
 static int sync(void ***chunks, uint32_t *n, uint32_t *cap, size_t bytes, const kvr_ids *ids)
 {
-    uint32_t need = (ids->top + KVR_CHUNK - 1) >> KVR_CHUNK_BITS;
+    uint32_t need = chunks_needed(ids);
     while (*n < need) {
         if (*n == *cap) {
             uint32_t ncap = *cap ? *cap * 2 : 8;
@@ -31,11 +47,11 @@ static int sync(void ***chunks, uint32_t *n, uint32_t *cap, size_t bytes, const 
             return -1;
         (*chunks)[(*n)++] = c;
     }
-    uint32_t keep = ids->count <= 1 ? 1 : need + 1;
+    uint32_t keep = chunks_kept(ids, need);
     while (*n > keep)
         free((*chunks)[--*n]);
     uint32_t ncap = *cap;
-    while (ncap > 8 && *n * 4 <= ncap)
+    while (array_shrinks(*n, ncap))
         ncap /= 2;
     if (ncap != *cap) {
         void **nc = realloc(*chunks, (size_t)ncap * sizeof *nc);
@@ -50,9 +66,8 @@ static int sync(void ***chunks, uint32_t *n, uint32_t *cap, size_t bytes, const 
 /* Whether sync would change nothing (every reclaimed run asks). */
 static bool in_sync(uint32_t n, uint32_t cap, const kvr_ids *ids)
 {
-    uint32_t need = (ids->top + KVR_CHUNK - 1) >> KVR_CHUNK_BITS;
-    uint32_t keep = ids->count <= 1 ? 1 : need + 1;
-    return n >= need && n <= keep && !(cap > 8 && n * 4 <= cap);
+    uint32_t need = chunks_needed(ids);
+    return n >= need && n <= chunks_kept(ids, need) && !array_shrinks(n, cap);
 }
 
 int kvr_tree_sync_chunks(kvr_index *idx)
