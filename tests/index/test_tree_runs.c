@@ -317,8 +317,15 @@ static void test_sole_run_changes_its_set_in_place(void **state)
     assert_int_equal(idx->sets.entry_bytes, entry_bytes);
     assert_int_equal(gpu_of(idx, o[0], 0, 10), 10);
     assert_int_equal(gpu_of(idx, o[1], 0, 10), 0);
-    /* two runs with one set: a change of one interns a new set */
+    /* two runs with one set: a change of one interns a new set, the other
+     * keeps the old one (changed in place, the tail would gain o[1] too) */
     chain(idx, o[1], false, 0, 100, 0, 4);
+    assert_int_equal(runs(idx), 2);
+    assert_int_equal(KVR_RUN(idx, KVR_RUNOF(idx, 5)).set, set);
+    assert_true(KVR_RUN(idx, KVR_RUNOF(idx, 1)).set != set);
+    assert_int_equal(kvr_osets_get(&idx->sets, set)->len, 1);
+    assert_int_equal(gpu_of(idx, o[1], 0, 10), 4);
+    assert_int_equal(gpu_of(idx, o[0], 0, 10), 10);
     assert_int_equal(kvr_index_remove(idx, o[1], G, rev + 6, 4), 0);
     assert_int_equal(runs(idx), 1);
     kvr_index_destroy(idx);
