@@ -93,6 +93,9 @@ static void test_register_invalid(void **state)
     assert_int_equal(kvr_indexer_register(ix, &s, NULL), KVR_REG_INVALID);
     s.accepts_mm_hashes = -2;
     assert_int_equal(kvr_indexer_register(ix, &s, NULL), KVR_REG_INVALID);
+    s.accepts_mm_hashes = -1;
+    s.max_total_num_tokens = KVR_MAX_KV_CAPACITY_TOKENS + 1;
+    assert_int_equal(kvr_indexer_register(ix, &s, NULL), KVR_REG_INVALID);
     assert_int_equal(kvr_indexer_register(ix, NULL, NULL), KVR_REG_INVALID);
     /* nothing was registered by the failures */
     assert_int_equal(kvr_indexer_list(ix, NULL, NULL, NULL, 0), 0);
@@ -103,6 +106,7 @@ static void test_register_invalid(void **state)
     s.routing_group = maxname;
     s.lora_name = maxname;
     s.block_size = KVR_MAX_BLOCK_SIZE;
+    s.max_total_num_tokens = KVR_MAX_KV_CAPACITY_TOKENS;
     assert_int_equal(kvr_indexer_register(ix, &s, NULL), KVR_REG_CREATED);
     kvr_indexer_destroy(ix);
 }
