@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "index/tree_internal.h"
+#include "util/grow.h"
 
 #define T_G (1u << KVR_TIER_GPU)
 #define T_C (1u << KVR_TIER_CPU)
@@ -97,25 +98,15 @@ static int ctx_reserve(kvr_match_ctx *ctx, uint32_t owners, size_t out)
     }
     /* Doubling: the first block's owners grow one join at a time, and a
      * realloc per match that saw one more was 2 % of a 1000-owner replay. */
-    if (out > ctx->out_cap) {
-        size_t ncap = out < 2 * ctx->out_cap ? 2 * ctx->out_cap : out;
-        kvr_match_entry *n = realloc(ctx->out, ncap * sizeof *n);
-        if (!n)
-            return -1;
-        ctx->out = n;
-        ctx->out_cap = ncap;
-    }
+    if (out > ctx->out_cap && KVR_GROW(ctx->out, ctx->out_cap, out) < 0)
+        return -1;
     if (out > ctx->explicit_cap) {
-        size_t ncap = out < 2 * ctx->explicit_cap ? 2 * ctx->explicit_cap : out;
-        uint32_t *n = realloc(ctx->explicit_at, ncap * sizeof *n);
-        if (!n)
+        /* two arrays, one capacity: both grow the same steps */
+        size_t cap = ctx->explicit_cap, last_cap = ctx->explicit_cap;
+        if (KVR_GROW(ctx->explicit_at, cap, out) < 0 ||
+            KVR_GROW(ctx->last_explicit, last_cap, out) < 0)
             return -1;
-        ctx->explicit_at = n;
-        n = realloc(ctx->last_explicit, ncap * sizeof *n);
-        if (!n)
-            return -1;
-        ctx->last_explicit = n;
-        ctx->explicit_cap = ncap;
+        ctx->explicit_cap = cap;
     }
     return 0;
 }
