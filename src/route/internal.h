@@ -89,9 +89,10 @@ typedef struct {
 typedef struct route_edge route_edge;
 
 /* Of every worker's entries: how many a later turn came back to, and how
- * many aged past their worker's capacity first. */
+ * many aged past their worker's capacity first; and the bookings no entry
+ * was noted for (out of memory). */
 typedef struct {
-    uint64_t returned, aged_out;
+    uint64_t returned, aged_out, lost;
 } route_edge_counts;
 
 /* Entries kept per worker at most (when its capacity is unknown, the

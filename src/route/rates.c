@@ -154,8 +154,9 @@ void route_rate_note_edge(route_bookings *b, uintptr_t index, uint64_t worker_id
         return;
     rt->updated_at = now;
     /* out of memory: the edge misses this prompt, the router still routes */
-    (void)route_edge_note(&rt->edge, hashes, n_blocks, matched, matched_tokens, prompt_tokens,
-                          intake_tokens, capacity, &b->edges);
+    if (route_edge_note(&rt->edge, hashes, n_blocks, matched, matched_tokens, prompt_tokens,
+                        intake_tokens, capacity, &b->edges) < 0)
+        b->edges.lost++;
 }
 
 double route_rate_measured(const route_rate *rt)

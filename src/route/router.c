@@ -238,6 +238,9 @@ void kvr_router_stats_get(kvr_router *r, kvr_router_stats *out)
     out->max_bookings = r->cfg.max_bookings;
     out->rate_samples = r->bk.rate_samples;
     out->rates_evicted = r->bk.rates_evicted;
+    out->edge_returned = r->bk.edges.returned;
+    out->edge_aged_out = r->bk.edges.aged_out;
+    out->edge_lost = r->bk.edges.lost;
     it = 0;
     while (kvr_u64map_next(&r->bk.rates, &it, &k, &v))
         for (const route_rate *rt = (const route_rate *)(uintptr_t)v; rt; rt = rt->hnext)

@@ -260,6 +260,15 @@ void kvr_metrics_router(kvr_metrics_ctx *m)
     counter(b, "kvr_router_rates_evicted_total",
             "Stalest learned rates dropped: 65,536 (worker, rank) rates were held",
             st.rates_evicted);
+    kvr_metrics_family(b, "kvr_router_edge_prompts_total", "counter",
+                       "lru_edge: prompts at a worker's LRU edge, by how they left it (a later "
+                       "turn came back to it, or it aged out first)");
+    kvr_sbuf_printf(b, "kvr_router_edge_prompts_total{outcome=\"returned\"} %" PRIu64 "\n",
+                    st.edge_returned);
+    kvr_sbuf_printf(b, "kvr_router_edge_prompts_total{outcome=\"aged_out\"} %" PRIu64 "\n",
+                    st.edge_aged_out);
+    counter(b, "kvr_router_edge_lost_total",
+            "lru_edge: bookings the LRU edge missed (out of memory)", st.edge_lost);
     gauge(b, "kvr_router_approx_workers",
           "(worker, rank) scored from the approximate index (no KV events)", st.approx_workers);
     gauge(b, "kvr_router_approx_blocks", "Blocks held in the approximate index",

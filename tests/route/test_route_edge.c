@@ -133,6 +133,18 @@ static void test_age_of_the_prompt_a_request_comes_back_to(void **state)
     d = route(f, "cold", 4, 1500, 0);
     assert_true(rt_cost_of(&d, 1)->edge_loss_tokens == 1000);
     kvr_route_decision_free(&d);
+    /* the conversation came back once; pinned there, 1500 more tokens age
+     * prompt 2 past the capacity (kvr_router_edge_prompts_total) */
+    kvr_router_stats st;
+    kvr_router_stats_get(f->r, &st);
+    assert_int_equal(st.edge_returned, 1);
+    assert_int_equal(st.edge_aged_out, 0);
+    d = route(f, "cold2", 5, 1500, 1);
+    kvr_route_decision_free(&d);
+    kvr_router_stats_get(f->r, &st);
+    assert_int_equal(st.edge_returned, 1);
+    assert_int_equal(st.edge_aged_out, 1);
+    assert_int_equal(st.edge_lost, 0);
     rt_close(f->ix, f->r);
     free(f);
 }
