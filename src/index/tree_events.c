@@ -83,8 +83,7 @@ static size_t append(kvr_index *idx, uint32_t owner, uint32_t entry, uint32_t *c
             *oom = true;
             break;
         }
-        idx->ownerships++;
-        idx->owners[owner].blocks++;
+        kvr_tree_owned_add(idx, owner, 1);
         p = b;
         j++;
         /* b's run is now the owner's alone with this entry and ends at b
@@ -119,8 +118,7 @@ static size_t append(kvr_index *idx, uint32_t owner, uint32_t entry, uint32_t *c
         R->len += k;
         p += k;
         j += k;
-        idx->ownerships += k;
-        idx->owners[owner].blocks += k;
+        kvr_tree_owned_add(idx, owner, k);
         if (*oom || held)
             break;
     }

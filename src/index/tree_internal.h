@@ -207,6 +207,19 @@ static inline uint32_t kvr_tree_entry(const struct kvr_index *idx, uint32_t b, u
     return kvr_osets_find(&idx->sets, kvr_tree_set_of(idx, b), owner);
 }
 
+/* The ownership counters, the index's and the owner's, follow n blocks
+ * the owner gained or lost. */
+static inline void kvr_tree_owned_add(struct kvr_index *idx, uint32_t owner, uint64_t n)
+{
+    idx->ownerships += n;
+    idx->owners[owner].blocks += n;
+}
+static inline void kvr_tree_owned_sub(struct kvr_index *idx, uint32_t owner, uint64_t n)
+{
+    idx->ownerships -= n;
+    idx->owners[owner].blocks -= n;
+}
+
 /* Engine hash by which owner refers to block b (entry: its set entry). */
 static inline uint64_t kvr_tree_handle(const struct kvr_index *idx, uint32_t owner, uint32_t b,
                                        uint32_t entry)

@@ -340,8 +340,7 @@ static void reclaim_subtree(kvr_index *idx, uint32_t top)
             const uint32_t *e = kvr_oset_entries(o);
             for (uint32_t k = 0; k < o->len; k++) {
                 uint32_t owner = kvr_oset_owner(e[k]);
-                idx->ownerships -= R->len;
-                idx->owners[owner].blocks -= R->len;
+                kvr_tree_owned_sub(idx, owner, R->len);
                 if (e[k] & KVR_OSET_EXC)
                     for (uint32_t b = R->start; b < kvr_run_end(R); b++)
                         kvr_tree_exc_del(idx, owner, b);
@@ -409,8 +408,7 @@ int kvr_tree_set_range(kvr_index *idx, uint32_t b, uint32_t k, uint32_t owner, u
         b + k == kvr_run_end(&KVR_RUN(idx, r))) {
         /* the run's one owner leaves its end (or all of it): no set to
          * intern, no split */
-        idx->ownerships -= k;
-        idx->owners[owner].blocks -= k;
+        kvr_tree_owned_sub(idx, owner, k);
         kvr_run *R = &KVR_RUN(idx, r);
         if (b > R->start) {
             cut_tail(idx, r, b);
@@ -440,11 +438,9 @@ int kvr_tree_set_range(kvr_index *idx, uint32_t b, uint32_t k, uint32_t owner, u
     }
     M->set = to;
     if (!old) {
-        idx->ownerships += k;
-        idx->owners[owner].blocks += k;
+        kvr_tree_owned_add(idx, owner, k);
     } else if (!entry) {
-        idx->ownerships -= k;
-        idx->owners[owner].blocks -= k;
+        kvr_tree_owned_sub(idx, owner, k);
     }
     if (to == KVR_OSET_EMPTY) {
         reclaim(idx, r);
