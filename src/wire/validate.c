@@ -75,13 +75,16 @@ take_array_header(const char **cur, const char *end, uint64_t *n)
     return false;
 }
 
-/* Steps over the leading items of the next n that are scalars or arrays of
- * scalars, the arrays one level deeper (the caller checked the depth bound
- * has room for it); returns how many. An array holding anything else is
- * left whole to the walk (*cur back at its header), so every count taken
- * here was honest: all its elements lay inside [*cur, end). */
+/* The steps over flat arrays below: one over the next n items that takes
+ * their leading scalars and arrays whose elements `inner` takes whole,
+ * those arrays one level deeper (the caller checked the depth bound has
+ * room for it); returns how many. An array holding anything else is left
+ * whole to the walk (*cur back at its header), so every count taken here
+ * was honest: all its elements lay inside [*cur, end). */
+typedef uint64_t skip_fn(const char **cur, const char *end, uint64_t n);
+
 static inline __attribute__((always_inline)) uint64_t
-skip_flat1(const char **cur, const char *end, uint64_t n)
+skip_arrays_of(const char **cur, const char *end, uint64_t n, skip_fn *inner)
 {
     uint64_t k = 0;
     for (;;) {
@@ -90,7 +93,7 @@ skip_flat1(const char **cur, const char *end, uint64_t n)
         uint64_t m;
         if (k == n || item >= end || !take_array_header(cur, end, &m))
             return k;
-        if (skip_scalars(cur, end, m) != m) {
+        if (inner(cur, end, m) != m) {
             *cur = item;
             return k;
         }
@@ -98,25 +101,19 @@ skip_flat1(const char **cur, const char *end, uint64_t n)
     }
 }
 
-/* As skip_flat1 one level deeper: items that are scalars or arrays of
- * what skip_flat1 steps over (a batch's events array: every tagged event
- * with its hash and token arrays), two levels the caller checked room for. */
+/* Scalars or arrays of scalars: one level. */
+static inline __attribute__((always_inline)) uint64_t
+skip_flat1(const char **cur, const char *end, uint64_t n)
+{
+    return skip_arrays_of(cur, end, n, skip_scalars);
+}
+
+/* Scalars or arrays of what skip_flat1 steps over (a batch's events array:
+ * every tagged event with its hash and token arrays): two levels. */
 static inline __attribute__((always_inline)) uint64_t
 skip_flat2(const char **cur, const char *end, uint64_t n)
 {
-    uint64_t k = 0;
-    for (;;) {
-        k += skip_scalars(cur, end, n - k);
-        const char *item = *cur;
-        uint64_t m;
-        if (k == n || item >= end || !take_array_header(cur, end, &m))
-            return k;
-        if (skip_flat1(cur, end, m) != m) {
-            *cur = item;
-            return k;
-        }
-        k++;
-    }
+    return skip_arrays_of(cur, end, n, skip_flat1);
 }
 
 /* The leading items of the next n, at depth `depth`, that need no trip
