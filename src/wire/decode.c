@@ -256,10 +256,8 @@ const kvr_raw_event *kvr_batch_next(kvr_batch *b)
     if (b->given) {
         ev = &b->given[b->n_read];
     } else {
-        if (!kvr_wire_decode_event_fast(b, &b->next)) {
+        if (!kvr_wire_decode_event_fast(b, &b->next))
             kvr_wire_decode_event(b, &b->next);
-            b->ev_fast_clean = false;
-        }
         ev = &b->ev;
     }
     b->n_read++;

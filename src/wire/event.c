@@ -222,6 +222,7 @@ void kvr_wire_decode_event(kvr_batch *b, const char **cur)
 {
     kvr_raw_event *ev = &b->ev;
     memset(ev, 0, sizeof *ev);
+    b->ev_fast_clean = false; /* it sets fields the fast decoder never clears */
     ev->tier = KVR_TIER_GPU;
     size_t used = 0;
     kvr_wire_event_ctx c = {.b = b, .used = &used, .ev = ev};
