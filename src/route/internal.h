@@ -242,6 +242,9 @@ void route_rate_note_edge(route_bookings *b, uintptr_t index, uint64_t worker_id
                           uint32_t dp_rank, const uint64_t *hashes, uint32_t n_blocks,
                           uint32_t matched, double matched_tokens, double prompt_tokens,
                           double intake_tokens, double capacity, double now);
+/* Frees every worker's LRU edge (lru_edge turned off: no booking notes
+ * one any more, so what they hold would only grow stale). */
+void route_rates_drop_edges(route_bookings *b);
 /* The worker's recent work at now (decayed). */
 double route_rate_recent_work(const route_rate *rt, double now);
 void route_rates_free(route_bookings *b);

@@ -208,6 +208,17 @@ double route_fit_share(route_bookings *b, uintptr_t index, double fallback)
     return k < 0 ? 0 : k > KVR_ROUTE_FIT_MAX_SHARE ? KVR_ROUTE_FIT_MAX_SHARE : k;
 }
 
+void route_rates_drop_edges(route_bookings *b)
+{
+    size_t it = 0;
+    uint64_t k, v;
+    while (kvr_u64map_next(&b->rates, &it, &k, &v))
+        for (route_rate *rt = (route_rate *)(uintptr_t)v; rt; rt = rt->hnext) {
+            route_edge_free(rt->edge);
+            rt->edge = NULL;
+        }
+}
+
 void route_rates_free(route_bookings *b)
 {
     size_t it = 0;

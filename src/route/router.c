@@ -31,6 +31,8 @@ kvr_router *kvr_router_create(kvr_indexer *ix, const kvr_router_config *cfg)
     pthread_mutex_init(&r->ranks_mu, NULL);
     route_bookings_init(&r->bk, r->cfg.booking_ttl_s);
     r->bk.decode_expiry_factor = r->cfg.decode_expiry_factor;
+    if (r->cfg.lru_edge == KVR_EDGE_OFF)
+        route_rates_drop_edges(&r->bk);
     if (!(r->cfg.approx_ttl_s > 0))
         r->cfg.approx_ttl_s = 120.0;
     route_approx_init(&r->approx, r->cfg.approx_ttl_s, r->cfg.approx_max_blocks);
@@ -48,7 +50,8 @@ kvr_router *kvr_router_create(kvr_indexer *ix, const kvr_router_config *cfg)
  * under its own mutex, so the swap takes all three (in the router's order:
  * mu first) and a request sees either the old settings or the new ones.
  * A changed approx_ttl_s applies to blocks routed from now on (a block
- * keeps the expiry it was given). */
+ * keeps the expiry it was given). lru_edge turned off drops the workers'
+ * LRU edges (edge.c), kept only while a rule reads them. */
 int kvr_router_set_config(kvr_router *r, const kvr_router_config *cfg)
 {
     if (!r || !cfg)
@@ -64,6 +67,8 @@ int kvr_router_set_config(kvr_router *r, const kvr_router_config *cfg)
             applied++;
         }
     r->bk.decode_expiry_factor = r->cfg.decode_expiry_factor;
+    if (r->cfg.lru_edge == KVR_EDGE_OFF)
+        route_rates_drop_edges(&r->bk);
     if (r->cfg.approx_ttl_s > 0)
         r->approx.ttl_s = r->cfg.approx_ttl_s;
     r->approx.max_blocks = r->cfg.approx_max_blocks ? r->cfg.approx_max_blocks : 1;

@@ -100,6 +100,22 @@ static void test_placement_spares_the_prompt_at_the_edge(void **state)
     }
 }
 
+/* Prompts 1 (600 tokens) and 2 (1000) pinned to worker 1, whose cache
+ * then holds prompt 1 (its events say so); t: prompt 1's tokens and the
+ * 1000 of its next turn. */
+static kvr_worker *two_prompts_on_worker_1(fx *f, uint64_t t[1600])
+{
+    kvr_worker *w = kvr_indexer_find(f->ix, RT_MODEL, NULL, 1);
+    kvr_route_decision d = route(f, "p1", 1, 600, 1);
+    kvr_route_decision_free(&d);
+    d = route(f, "p2", 2, 1000, 1);
+    kvr_route_decision_free(&d);
+    for (size_t i = 0; i < 1600; i++)
+        t[i] = 10000 + i;
+    rt_store(f->ix, w, 0, BS, t, 600, false, 5000);
+    return w;
+}
+
 /* The age of what a request comes back to: the tokens its worker took in
  * since that prompt. Its own prompt is touched again, never charged as
  * pushed out; a prompt older than the capacity is gone from the edge. */
@@ -107,18 +123,10 @@ static void test_age_of_the_prompt_a_request_comes_back_to(void **state)
 {
     (void)state;
     fx *f = make(KVR_EDGE_COST);
-    kvr_worker *w = kvr_indexer_find(f->ix, RT_MODEL, NULL, 1);
-    kvr_route_decision d = route(f, "p1", 1, 600, 1);
-    kvr_route_decision_free(&d);
-    d = route(f, "p2", 2, 1000, 1);
-    kvr_route_decision_free(&d);
-    /* worker 1's cache holds prompt 1 (its events say so) */
-    uint64_t t[600];
-    for (size_t i = 0; i < 600; i++)
-        t[i] = 10000 + i;
-    rt_store(f->ix, w, 0, BS, t, 600, false, 5000);
+    uint64_t t[1600];
+    (void)two_prompts_on_worker_1(f, t);
     /* the next turn: prompt 1 and 1000 more tokens */
-    d = route(f, "p1b", 1, 1600, 0);
+    kvr_route_decision d = route(f, "p1b", 1, 1600, 0);
     const kvr_route_cost *c1 = rt_cost_of(&d, 1), *c2 = rt_cost_of(&d, 2);
     assert_int_equal(c1->gpu_blocks, 150);
     assert_true(c1->prefix_age_tokens == 1000);
@@ -149,6 +157,39 @@ static void test_age_of_the_prompt_a_request_comes_back_to(void **state)
     free(f);
 }
 
+/* lru_edge turned off on a running router (SIGHUP): the edges go with it
+ * (no booking notes them any more; kept, they were memory per worker and
+ * ages that stopped counting, wrong again when the rule came back). The
+ * same turns as above: the age of prompt 1 was 1000 with the edge kept. */
+static void test_turned_off_the_edges_go(void **state)
+{
+    (void)state;
+    fx *f = make(KVR_EDGE_COST);
+    uint64_t t[1600];
+    kvr_worker *w = two_prompts_on_worker_1(f, t);
+    kvr_route_decision d;
+    kvr_router_config next;
+    kvr_router_config_get(f->r, &next);
+    next.lru_edge = KVR_EDGE_OFF;
+    assert_int_equal(kvr_router_set_config(f->r, &next), 1);
+    d = route(f, "p1b", 1, 1600, 0);
+    assert_int_equal(d.worker_id, 1);
+    assert_true(rt_cost_of(&d, 1)->prefix_age_tokens == -1);
+    kvr_route_decision_free(&d);
+    /* back on: counted afresh from the next booking */
+    next.lru_edge = KVR_EDGE_COST;
+    assert_int_equal(kvr_router_set_config(f->r, &next), 1);
+    d = route(f, "p1c", 1, 1600, 0);
+    assert_true(rt_cost_of(&d, 1)->prefix_age_tokens == -1);
+    kvr_route_decision_free(&d);
+    rt_store(f->ix, w, 0, BS, t, 1600, false, 7000);
+    d = route(f, "p1d", 1, 1700, 0);
+    assert_true(rt_cost_of(&d, 1)->prefix_age_tokens == 0);
+    kvr_route_decision_free(&d);
+    rt_close(f->ix, f->r);
+    free(f);
+}
+
 static void test_names(void **state)
 {
     (void)state;
@@ -169,6 +210,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_placement_spares_the_prompt_at_the_edge),
         cmocka_unit_test(test_age_of_the_prompt_a_request_comes_back_to),
+        cmocka_unit_test(test_turned_off_the_edges_go),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
