@@ -43,7 +43,9 @@ typedef struct {
     X(mm_fallback_entries, COUNTER, "times the exclusion set filled up")                   \
     X(wide_tokens_seen, COUNTER, "token ids above u32 received, in every mode")            \
     X(mm_unmapped_blocks, COUNTER,                                                         \
-      "blocks whose extra_keys media could not be mapped to pad values (store cut there)")
+      "blocks whose extra_keys media could not be mapped to pad values (store cut there)") \
+    X(groups_over_limit, COUNTER,                                                          \
+      "stores naming a new attention group past 4,096 learned per rank (judged per event, not learned)")
 
 typedef struct {
 #define KVR_NORM_COUNTER_FIELD_(name, kind, help) uint64_t name;

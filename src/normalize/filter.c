@@ -5,14 +5,11 @@
 /* Values of group_kinds; 0 is never stored so a miss is unambiguous. */
 #define GROUP_MAIN 1u
 #define GROUP_OTHER 2u
-/* A stream that names endless group ids must not grow memory without bound:
- * past this many learned groups new ones are judged per event only. */
-#define MAX_LEARNED_GROUPS 4096u
 
 void kvr_norm_filter_init(kvr_norm_filter *f, uint32_t block_size)
 {
     kvr_u64map_init(&f->group_kinds);
-    f->learned = false;
+    f->groups_over_limit = 0;
     f->block_size = block_size;
     f->mismatch_warned = false;
     f->last_mismatch_warn = 0;
@@ -26,7 +23,6 @@ void kvr_norm_filter_free(kvr_norm_filter *f)
 void kvr_norm_filter_reset(kvr_norm_filter *f)
 {
     kvr_u64map_clear(&f->group_kinds);
-    f->learned = false;
 }
 
 static bool kind_is_main(kvr_str kind)
@@ -42,15 +38,18 @@ static kvr_drop_reason check_group(kvr_norm_filter *f, const kvr_raw_event *ev)
     if (kvr_str_nonempty(ev->kv_cache_spec_kind)) {
         bool main = kind_is_main(ev->kv_cache_spec_kind);
         /* Only stores teach kinds: removals echo what stores announced. */
-        if (ev->type == KVR_EV_STORED &&
-            (kvr_u64map_len(&f->group_kinds) < MAX_LEARNED_GROUPS ||
-             kvr_u64map_find(&f->group_kinds, group)) &&
-            kvr_u64map_put(&f->group_kinds, group, main ? GROUP_MAIN : GROUP_OTHER) >= 0)
-            f->learned = true;
+        if (ev->type == KVR_EV_STORED) {
+            if (kvr_u64map_len(&f->group_kinds) < KVR_NORM_MAX_LEARNED_GROUPS ||
+                kvr_u64map_find(&f->group_kinds, group))
+                (void)kvr_u64map_put(&f->group_kinds, group, main ? GROUP_MAIN : GROUP_OTHER);
+            else
+                f->groups_over_limit++;
+        }
         return main ? KVR_DROP_NONE : KVR_DROP_NON_MAIN_ATTENTION;
     }
     uint64_t learned;
-    if (f->learned && kvr_u64map_get(&f->group_kinds, group, &learned))
+    /* Most engines name no kinds: an empty map costs no lookup. */
+    if (kvr_u64map_len(&f->group_kinds) && kvr_u64map_get(&f->group_kinds, group, &learned))
         return learned == GROUP_MAIN ? KVR_DROP_NONE : KVR_DROP_NON_MAIN_ATTENTION;
     /* An unknown group other than the default one may be a sliding-window
      * group whose store we never saw: indexing it would corrupt matches. */

@@ -6,12 +6,17 @@
 #include "kvrouter/wire.h"
 #include "util/u64map.h"
 
+/* A stream that names endless group ids must not grow memory without bound:
+ * past this many learned groups per (worker, rank) new ones are judged per
+ * event only, and counted (groups_over_limit). */
+#define KVR_NORM_MAX_LEARNED_GROUPS 4096u
+
 /* Seconds between two block-size-mismatch warnings of one (worker, rank). */
 #define KVR_MISMATCH_WARN_INTERVAL_S 10.0
 
 typedef struct {
     kvr_u64map group_kinds; /* group_idx -> learned kind (main or not) */
-    bool learned;           /* group_kinds holds any: else no lookup per event */
+    uint64_t groups_over_limit; /* stores of a new group past the learned bound */
     uint32_t block_size;
     bool mismatch_warned;
     double last_mismatch_warn; /* CLOCK_MONOTONIC seconds */

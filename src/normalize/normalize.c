@@ -103,6 +103,7 @@ void kvr_normalizer_count_drop(kvr_normalizer *n, kvr_drop_reason reason)
 void kvr_normalizer_counters_get(const kvr_normalizer *n, kvr_normalizer_counters *out)
 {
     *out = n->c;
+    out->groups_over_limit = n->filter.groups_over_limit;
 }
 
 const kvr_counter_desc kvr_normalizer_counter_descs[] = {

@@ -34,11 +34,6 @@ void kvr_u64map_reset(kvr_u64map *m)
     m->zero_val = 0;
 }
 
-size_t kvr_u64map_len(const kvr_u64map *m)
-{
-    return m->len + (m->has_zero ? 1 : 0);
-}
-
 size_t kvr_u64map_bytes(const kvr_u64map *m)
 {
     return m->cap * sizeof(kvr_u64map_slot);

@@ -38,7 +38,10 @@ void kvr_u64map_free(kvr_u64map *m);
 void kvr_u64map_clear(kvr_u64map *m);
 /* Empties the map and keeps its memory: for a map refilled per request. */
 void kvr_u64map_reset(kvr_u64map *m);
-size_t kvr_u64map_len(const kvr_u64map *m);
+static inline size_t kvr_u64map_len(const kvr_u64map *m)
+{
+    return m->len + (m->has_zero ? 1 : 0);
+}
 size_t kvr_u64map_bytes(const kvr_u64map *m);
 
 /* Pointer to the value of key, or NULL. Invalidated by put/del. */

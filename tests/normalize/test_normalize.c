@@ -1,6 +1,7 @@
 /* Normalizer: SPEC §3 filters, narrowing, whole blocks, legacy and auto
  * modes. The engine_wide exclusion rules are in test_exclusion.c. */
 #include "norm_fixture.h"
+#include "normalize/filter.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -109,6 +110,51 @@ static void test_removal_uses_learned_group_kind(void **state)
     kvr_normalizer_reset(n);
     kvr_normalize(n, &r1, &out);
     assert_int_equal(out.kind, KVR_NORM_DROP);
+    kvr_normalizer_destroy(n);
+}
+
+/* Learned group kinds are bounded per rank: a store naming a new group past
+ * the bound is judged alone and counted; known groups still learn. */
+static void test_learned_groups_bounded_and_counted(void **state)
+{
+    (void)state;
+    kvr_normalizer *n = mk_norm(KVR_MM_LEGACY, 4, false, 0);
+    uint64_t tok[4];
+    text(tok, 4, 100);
+    kvr_norm_event out;
+    kvr_raw_event s = store_ev(H, 1, false, 0, tok, 4);
+    s.has_group_idx = true;
+    s.kv_cache_spec_kind = S("full_attention");
+    for (uint32_t g = 1; g <= KVR_NORM_MAX_LEARNED_GROUPS; g++) {
+        s.group_idx = g;
+        kvr_normalize(n, &s, &out);
+        assert_int_equal(out.kind, KVR_NORM_STORE);
+    }
+    assert_int_equal(counters(n).groups_over_limit, 0);
+    /* one more group: still judged by its kind, but not learned */
+    s.group_idx = KVR_NORM_MAX_LEARNED_GROUPS + 1;
+    kvr_normalize(n, &s, &out);
+    assert_int_equal(out.kind, KVR_NORM_STORE);
+    assert_int_equal(counters(n).groups_over_limit, 1);
+    /* a known group changes its kind without counting */
+    s.group_idx = 7;
+    s.kv_cache_spec_kind = S("sliding_window");
+    kvr_normalize(n, &s, &out);
+    assert_int_equal(out.kind, KVR_NORM_DROP);
+    assert_int_equal(counters(n).groups_over_limit, 1);
+    /* removals: the learned group 7 is now sliding, the unlearned one is
+     * unknown and not group 0, so dropped; group 8 stays full attention */
+    kvr_raw_event r = remove_ev(H, 1);
+    r.has_group_idx = true;
+    r.group_idx = 7;
+    kvr_normalize(n, &r, &out);
+    assert_int_equal(out.kind, KVR_NORM_DROP);
+    r.group_idx = KVR_NORM_MAX_LEARNED_GROUPS + 1;
+    kvr_normalize(n, &r, &out);
+    assert_int_equal(out.kind, KVR_NORM_DROP);
+    r.group_idx = 8;
+    kvr_normalize(n, &r, &out);
+    assert_int_equal(out.kind, KVR_NORM_REMOVE);
     kvr_normalizer_destroy(n);
 }
 
@@ -470,6 +516,7 @@ int main(void)
         cmocka_unit_test(test_create_rejects_zero_block_size),
         cmocka_unit_test(test_non_main_attention_kind_dropped),
         cmocka_unit_test(test_removal_uses_learned_group_kind),
+        cmocka_unit_test(test_learned_groups_bounded_and_counted),
         cmocka_unit_test(test_unlearned_group_zero_vs_other),
         cmocka_unit_test(test_locality),
         cmocka_unit_test(test_block_size_mismatch_counted_warned_once),

@@ -41,6 +41,7 @@ static const struct {
     {"mm_fallback_entries", 1, 0},
     {"wide_tokens_seen", 2, 0},
     {"mm_unmapped_blocks", 0, 1},
+    {"groups_over_limit", 0, 0},
 };
 #define N_WANT (sizeof WANT / sizeof WANT[0])
 
