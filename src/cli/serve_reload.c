@@ -79,9 +79,11 @@ int serve_reload(kvr_server *srv, serve_settings *cur, int argc, char **argv)
     char err[512];
     if (serve_settings_load(&next, argc, argv, 1, err, sizeof err) != 0 ||
         serve_settings_workers(&next, err, sizeof err) != 0) {
+        /* Counted before it is told: whoever reads the log line (an
+         * operator, test_cli_reload) finds the failure in /metrics. */
+        kvr_server_count_reload(srv, false);
         kvr_log(KVR_LOG_WARN, "reload failed, the running settings stay: %s", err);
         serve_settings_free(&next);
-        kvr_server_count_reload(srv, false);
         return -1;
     }
     note_restart_settings(cur, &next);
