@@ -458,9 +458,9 @@ typedef struct {
     uint64_t approx_blocks;     /* blocks held there */
     /* lru_edge (off: all 0): prompts at a worker's LRU edge that a later
      * turn came back to, that aged out first (past the capacity, or the
-     * oldest past 1,024 a worker), and bookings the edge missed for want
-     * of memory */
-    uint64_t edge_returned, edge_aged_out, edge_lost;
+     * oldest past 1,024 a worker; edge_at_limit counts those), and bookings
+     * the edge missed for want of memory */
+    uint64_t edge_returned, edge_aged_out, edge_at_limit, edge_lost;
 } kvr_router_stats;
 
 void kvr_router_stats_get(kvr_router *r, kvr_router_stats *out);

@@ -94,12 +94,15 @@ double route_edge_loss(const route_edge *g, double capacity, double u, const uin
 static void drop_front(route_edge *g, double capacity, route_edge_counts *c)
 {
     size_t max = KVR_ROUTE_EDGE_MAX;
-    while (g->head < g->n &&
-           ((capacity > 0 && g->e[g->head].stamp <= g->intake - capacity) ||
-            g->n - g->head > max)) {
+    while (g->head < g->n) {
+        bool aged = capacity > 0 && g->e[g->head].stamp <= g->intake - capacity;
+        bool over = g->n - g->head > max;
+        if (!aged && !over)
+            break;
         route_edge_entry *o = &g->e[g->head];
         if (o->value > 0) {
             c->aged_out++;
+            c->at_limit += !aged;
             uint64_t s;
             if (kvr_u64map_get(&g->at, o->last_hash, &s) && s == g->base + g->head)
                 kvr_u64map_del(&g->at, o->last_hash, NULL);

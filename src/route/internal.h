@@ -89,10 +89,12 @@ typedef struct {
 typedef struct route_edge route_edge;
 
 /* Of every worker's entries: how many a later turn came back to, and how
- * many aged past their worker's capacity first; and the bookings no entry
- * was noted for (out of memory). */
+ * many aged past their worker's capacity first (at_limit of those: dropped
+ * because KVR_ROUTE_EDGE_MAX were held, not by age; they count as aged out
+ * for the learned return share); and the bookings no entry was noted for
+ * (out of memory). */
 typedef struct {
-    uint64_t returned, aged_out, lost;
+    uint64_t returned, aged_out, at_limit, lost;
 } route_edge_counts;
 
 /* Entries kept per worker at most (when its capacity is unknown, the

@@ -245,6 +245,7 @@ void kvr_router_stats_get(kvr_router *r, kvr_router_stats *out)
     out->rates_evicted = r->bk.rates_evicted;
     out->edge_returned = r->bk.edges.returned;
     out->edge_aged_out = r->bk.edges.aged_out;
+    out->edge_at_limit = r->bk.edges.at_limit;
     out->edge_lost = r->bk.edges.lost;
     it = 0;
     while (kvr_u64map_next(&r->bk.rates, &it, &k, &v))

@@ -267,6 +267,10 @@ void kvr_metrics_router(kvr_metrics_ctx *m)
                     st.edge_returned);
     kvr_sbuf_printf(b, "kvr_router_edge_prompts_total{outcome=\"aged_out\"} %" PRIu64 "\n",
                     st.edge_aged_out);
+    counter(b, "kvr_router_edge_limit_drops_total",
+            "lru_edge: prompts dropped from a worker's edge because 1,024 were held (counted "
+            "as aged out too)",
+            st.edge_at_limit);
     counter(b, "kvr_router_edge_lost_total",
             "lru_edge: bookings the LRU edge missed (out of memory)", st.edge_lost);
     gauge(b, "kvr_router_approx_workers",

@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "route_test_util.h"
+#include "route/internal.h"
 
 #define BS 4
 #define CAP 2000 /* tokens per worker */
@@ -157,6 +158,41 @@ static void test_age_of_the_prompt_a_request_comes_back_to(void **state)
     free(f);
 }
 
+/* A worker whose cache never ages a prompt out (a capacity far above what
+ * it takes in) keeps the newest KVR_ROUTE_EDGE_MAX prompts: each one past
+ * that is dropped, counted as aged out and, apart, as dropped at the
+ * limit (kvr_router_edge_limit_drops_total). */
+static void test_edge_keeps_at_most_its_limit(void **state)
+{
+    (void)state;
+    fx *f = make(KVR_EDGE_TIE);
+    kvr_worker_settings s = {0};
+    s.model_name = RT_MODEL;
+    s.worker_id = 3;
+    s.block_size = BS;
+    s.accepts_mm_hashes = -1;
+    s.max_total_num_tokens = 1ull << 30;
+    assert_int_equal(kvr_indexer_register(f->ix, &s, NULL), KVR_REG_CREATED);
+    const uint32_t extra = 40;
+    kvr_router_stats st;
+    for (uint32_t k = 1; k <= KVR_ROUTE_EDGE_MAX + extra; k++) {
+        char id[16];
+        snprintf(id, sizeof id, "q%u", k);
+        kvr_route_decision d = route(f, id, 100 + k, BS, 3);
+        kvr_route_decision_free(&d);
+        kvr_router_stats_get(f->r, &st);
+        /* a prompt is dropped when the next one is noted past the limit */
+        uint64_t want = k > KVR_ROUTE_EDGE_MAX + 1 ? k - KVR_ROUTE_EDGE_MAX - 1 : 0;
+        if (st.edge_at_limit != want)
+            fail_msg("after %u prompts: %llu dropped at the limit, want %llu", k,
+                     (unsigned long long)st.edge_at_limit, (unsigned long long)want);
+    }
+    assert_int_equal(st.edge_aged_out, st.edge_at_limit);
+    assert_int_equal(st.edge_returned, 0);
+    rt_close(f->ix, f->r);
+    free(f);
+}
+
 /* lru_edge turned off on a running router (SIGHUP): the edges go with it
  * (no booking notes them any more; kept, they were memory per worker and
  * ages that stopped counting, wrong again when the rule came back). The
@@ -211,6 +247,7 @@ int main(void)
         cmocka_unit_test(test_placement_spares_the_prompt_at_the_edge),
         cmocka_unit_test(test_age_of_the_prompt_a_request_comes_back_to),
         cmocka_unit_test(test_turned_off_the_edges_go),
+        cmocka_unit_test(test_edge_keeps_at_most_its_limit),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
