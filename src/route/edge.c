@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "route/internal.h"
+#include "util/grow.h"
 
 struct route_edge {
     double intake; /* tokens taken in, in all */
@@ -143,14 +144,8 @@ int route_edge_note(route_edge **gp, const uint64_t *hashes, uint32_t n_blocks, 
     drop_front(g, capacity, c);
     if (!n_blocks || !(value > 0))
         return 0;
-    if (g->n == g->cap) {
-        size_t cap = g->cap ? 2 * g->cap : 16;
-        route_edge_entry *e = realloc(g->e, cap * sizeof *e);
-        if (!e)
-            return -1;
-        g->e = e;
-        g->cap = cap;
-    }
+    if (KVR_GROW(g->e, g->cap, g->n + 1) != 0)
+        return -1;
     uint64_t last = hashes[n_blocks - 1];
     if (kvr_u64map_put(&g->at, last, g->base + g->n) < 0)
         return -1;
