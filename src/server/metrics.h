@@ -41,6 +41,13 @@ void kvr_metrics_limits(kvr_metrics_ctx *m);
 
 /* "# HELP name help\n# TYPE name type\n". */
 void kvr_metrics_family(kvr_sbuf *b, const char *name, const char *type, const char *help);
+/* A family of one unlabelled sample: "name v". */
+void kvr_metrics_value(kvr_sbuf *b, const char *name, const char *type, const char *help,
+                       uint64_t v);
+/* A family of n samples split by one label: name{label="values[i]"} counts[i]. */
+void kvr_metrics_split(kvr_sbuf *b, const char *name, const char *type, const char *help,
+                       const char *label, size_t n, const char *const *values,
+                       const uint64_t *counts);
 /* s escaped as a label value (\\, \", \n) into out (truncated to cap). */
 void kvr_metrics_label_value(char *out, size_t cap, const char *s);
 /* A histogram's samples: name_bucket{labels,le=...} (cumulative), _sum and

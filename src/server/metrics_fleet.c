@@ -214,14 +214,12 @@ void kvr_metrics_groups(kvr_metrics_ctx *m)
 
 static void counter(kvr_sbuf *b, const char *name, const char *help, uint64_t v)
 {
-    kvr_metrics_family(b, name, "counter", help);
-    kvr_sbuf_printf(b, "%s %" PRIu64 "\n", name, v);
+    kvr_metrics_value(b, name, "counter", help, v);
 }
 
 static void gauge(kvr_sbuf *b, const char *name, const char *help, uint64_t v)
 {
-    kvr_metrics_family(b, name, "gauge", help);
-    kvr_sbuf_printf(b, "%s %" PRIu64 "\n", name, v);
+    kvr_metrics_value(b, name, "gauge", help, v);
 }
 
 void kvr_metrics_router(kvr_metrics_ctx *m)
@@ -235,12 +233,10 @@ void kvr_metrics_router(kvr_metrics_ctx *m)
             "Distinct (sequence, hash profile) pairs hashed and matched", st.hash_passes);
     counter(b, "kvr_router_prefill_done_total", "Bookings moved from prefill to decode",
             st.prefill_done);
-    kvr_metrics_family(b, "kvr_router_bookings_ended_total", "counter",
-                       "Bookings ended, by reason (released by /free, or expired)");
-    kvr_sbuf_printf(b, "kvr_router_bookings_ended_total{reason=\"released\"} %" PRIu64 "\n",
-                    st.bookings_released);
-    kvr_sbuf_printf(b, "kvr_router_bookings_ended_total{reason=\"expired\"} %" PRIu64 "\n",
-                    st.bookings_expired);
+    kvr_metrics_split(b, "kvr_router_bookings_ended_total", "counter",
+                      "Bookings ended, by reason (released by /free, or expired)", "reason", 2,
+                      (const char *const[]){"released", "expired"},
+                      (const uint64_t[]){st.bookings_released, st.bookings_expired});
     counter(b, "kvr_router_bookings_rejected_total",
             "/route calls refused with 429: max_bookings requests were booked",
             st.bookings_rejected);
@@ -260,13 +256,11 @@ void kvr_metrics_router(kvr_metrics_ctx *m)
     counter(b, "kvr_router_rates_evicted_total",
             "Stalest learned rates dropped: 65,536 (worker, rank) rates were held",
             st.rates_evicted);
-    kvr_metrics_family(b, "kvr_router_edge_prompts_total", "counter",
-                       "lru_edge: prompts at a worker's LRU edge, by how they left it (a later "
-                       "turn came back to it, or it aged out first)");
-    kvr_sbuf_printf(b, "kvr_router_edge_prompts_total{outcome=\"returned\"} %" PRIu64 "\n",
-                    st.edge_returned);
-    kvr_sbuf_printf(b, "kvr_router_edge_prompts_total{outcome=\"aged_out\"} %" PRIu64 "\n",
-                    st.edge_aged_out);
+    kvr_metrics_split(b, "kvr_router_edge_prompts_total", "counter",
+                      "lru_edge: prompts at a worker's LRU edge, by how they left it (a later "
+                      "turn came back to it, or it aged out first)",
+                      "outcome", 2, (const char *const[]){"returned", "aged_out"},
+                      (const uint64_t[]){st.edge_returned, st.edge_aged_out});
     counter(b, "kvr_router_edge_limit_drops_total",
             "lru_edge: prompts dropped from a worker's edge because 1,024 were held (counted "
             "as aged out too)",

@@ -9,30 +9,24 @@
 #include "server/http_conns.h"
 #include "server/metrics.h"
 
-static void one(kvr_sbuf *b, const char *name, const char *type, const char *help, uint64_t v)
-{
-    kvr_metrics_family(b, name, type, help);
-    kvr_sbuf_printf(b, "%s %" PRIu64 "\n", name, v);
-}
-
 static void connections(kvr_metrics_ctx *m)
 {
     kvr_conn_stats st;
     kvr_conns_stats(m->srv->conns, &st);
     kvr_sbuf *b = m->b;
-    one(b, "kvr_http_connections", "gauge", "HTTP connections open", st.open);
-    one(b, "kvr_http_connections_max", "gauge",
+    kvr_metrics_value(b, "kvr_http_connections", "gauge", "HTTP connections open", st.open);
+    kvr_metrics_value(b, "kvr_http_connections_max", "gauge",
         "HTTP connections allowed at once (max_connections, as it fits RLIMIT_NOFILE)",
         kvr_conns_max(m->srv->conns));
-    one(b, "kvr_http_connections_peak", "gauge", "Most HTTP connections open at once", st.peak);
-    one(b, "kvr_http_connections_accepted_total", "counter", "HTTP connections accepted",
+    kvr_metrics_value(b, "kvr_http_connections_peak", "gauge", "Most HTTP connections open at once", st.peak);
+    kvr_metrics_value(b, "kvr_http_connections_accepted_total", "counter", "HTTP connections accepted",
         st.accepted);
     kvr_metrics_family(b, "kvr_http_connections_refused_total", "counter",
                        "HTTP connections closed as they were accepted, by the limit reached");
     for (int r = 0; r < KVR_CONN_REFUSED_COUNT; r++)
         kvr_sbuf_printf(b, "kvr_http_connections_refused_total{limit=\"%s\"} %" PRIu64 "\n",
                         kvr_conn_refusal_name((kvr_conn_refusal)r), st.refused[r]);
-    one(b, "kvr_http_connections_timed_out_total", "counter",
+    kvr_metrics_value(b, "kvr_http_connections_timed_out_total", "counter",
         "HTTP connections closed by connection_timeout_s (a request not in full in time, an "
         "idle connection, a reply making no progress)",
         st.timed_out);
@@ -54,13 +48,12 @@ static void registrations(kvr_metrics_ctx *m)
 {
     kvr_sbuf *b = m->b;
     kvr_registry *r = m->srv->registry;
-    kvr_metrics_family(b, "kvr_registrations_refused_total", "counter",
-                       "Registrations refused by a limit (max_workers: 503; descriptors: no "
-                       "descriptor for a new listener, 503)");
-    kvr_sbuf_printf(b, "kvr_registrations_refused_total{limit=\"max_workers\"} %" PRIu64 "\n",
-                    kvr_registry_refused(r, KVR_REGISTRY_WORKER_LIMIT));
-    kvr_sbuf_printf(b, "kvr_registrations_refused_total{limit=\"descriptors\"} %" PRIu64 "\n",
-                    kvr_registry_refused(r, KVR_REGISTRY_NO_DESCRIPTORS));
+    kvr_metrics_split(b, "kvr_registrations_refused_total", "counter",
+                      "Registrations refused by a limit (max_workers: 503; descriptors: no "
+                      "descriptor for a new listener, 503)",
+                      "limit", 2, (const char *const[]){"max_workers", "descriptors"},
+                      (const uint64_t[]){kvr_registry_refused(r, KVR_REGISTRY_WORKER_LIMIT),
+                                         kvr_registry_refused(r, KVR_REGISTRY_NO_DESCRIPTORS)});
     /* A listener holds an eventfd for its SUB and two for its monitor pair,
      * its engine connection when connected, and a DEALER with its own
      * connection while replaying. */
@@ -69,11 +62,11 @@ static void registrations(kvr_metrics_ctx *m)
         const kvr_listener_info *l = &m->s->listeners[k];
         fds += 3 + (l->connected ? 1 : 0) + (l->state == KVR_LISTENER_REPLAYING ? 2 : 0);
     }
-    one(b, "kvr_listener_descriptors", "gauge",
+    kvr_metrics_value(b, "kvr_listener_descriptors", "gauge",
         "File descriptors the ZeroMQ listeners hold (3 per listener, +1 connected, +2 "
         "replaying)",
         fds);
-    one(b, "kvr_descriptors_reserved", "gauge",
+    kvr_metrics_value(b, "kvr_descriptors_reserved", "gauge",
         "Descriptors a new listener leaves free for HTTP connections (a registration that "
         "would take them gets 503, limit descriptors)",
         m->srv->fd_reserve);
@@ -84,7 +77,7 @@ void kvr_metrics_limits(kvr_metrics_ctx *m)
     connections(m);
     auth(m);
     registrations(m);
-    one(m->b, "kvr_memory_trims_total", "counter",
+    kvr_metrics_value(m->b, "kvr_memory_trims_total", "counter",
         "malloc_trim calls (the index drained, or the RSS grew past what the index holds): "
         "freed heap pages given back",
         atomic_load(&m->srv->trim.trims));

@@ -10,6 +10,22 @@ void kvr_metrics_family(kvr_sbuf *b, const char *name, const char *type, const c
     kvr_sbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+void kvr_metrics_value(kvr_sbuf *b, const char *name, const char *type, const char *help,
+                       uint64_t v)
+{
+    kvr_metrics_family(b, name, type, help);
+    kvr_sbuf_printf(b, "%s %" PRIu64 "\n", name, v);
+}
+
+void kvr_metrics_split(kvr_sbuf *b, const char *name, const char *type, const char *help,
+                       const char *label, size_t n, const char *const *values,
+                       const uint64_t *counts)
+{
+    kvr_metrics_family(b, name, type, help);
+    for (size_t i = 0; i < n; i++)
+        kvr_sbuf_printf(b, "%s{%s=\"%s\"} %" PRIu64 "\n", name, label, values[i], counts[i]);
+}
+
 void kvr_metrics_label_value(char *out, size_t cap, const char *s)
 {
     size_t o = 0;
