@@ -21,6 +21,36 @@ static inline bool take_nil(const char **p)
     return true;
 }
 
+/* n non-negative integers at *p into dst and, when dst32 is not NULL, as
+ * u32 into dst32 too, with the largest in *top (wide when it is not below
+ * KVR_WIDE_SENTINEL: a running maximum is a compare and a move an id, where
+ * a flag cost a compare, a set and an or). False for any other item. */
+static inline __attribute__((always_inline)) bool
+take_ids(const char **p, uint64_t *dst, uint32_t *dst32, uint32_t n, uint64_t *top)
+{
+    const char *q = *p;
+    uint64_t m = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t v;
+        /* uint 32 first: token ids of today's vocabularies (> 65535) */
+        if (__builtin_expect((unsigned char)*q == 0xce, 1)) {
+            const char *w = q + 1;
+            v = mp_load_u32(&w);
+            q = w;
+        } else if (!kvr_wire_take_uint(&q, &v)) {
+            return false;
+        }
+        dst[i] = v;
+        if (dst32) {
+            dst32[i] = (uint32_t)v;
+            m = v > m ? v : m;
+        }
+    }
+    *top = m;
+    *p = q;
+    return true;
+}
+
 /* An array of non-negative integers, at most max, into the scratch after
  * what the event uses; with `view` and at most KVR_WIRE_U32_VIEW_MAX of
  * them, their u32 view after them (*out32, NULL when an id is not below
@@ -52,40 +82,14 @@ take_uints(kvr_batch *b, kvr_raw_event *ev, size_t *used, const char **p, uint32
         return false;
     uint64_t *dst = b->u64_buf + *used;
     uint32_t *dst32 = view ? (uint32_t *)(dst + n) : NULL;
-    bool wide = false;
-    /* uint 32 first: token ids of today's vocabularies (> 65535) */
-    if (!view) {
-        for (uint32_t i = 0; i < n; i++) {
-            if ((unsigned char)*q == 0xce) {
-                const char *v = q + 1;
-                dst[i] = mp_load_u32(&v);
-                q = v;
-            } else if (!kvr_wire_take_uint(&q, &dst[i])) {
-                return false;
-            }
-        }
-    } else {
-        for (uint32_t i = 0; i < n; i++) {
-            if ((unsigned char)*q == 0xce) {
-                const char *v = q + 1;
-                uint32_t t = mp_load_u32(&v);
-                q = v;
-                dst[i] = t;
-                dst32[i] = t;
-                if (t == KVR_WIDE_SENTINEL)
-                    wide = true;
-            } else {
-                if (!kvr_wire_take_uint(&q, &dst[i]))
-                    return false;
-                wide |= dst[i] >= KVR_WIDE_SENTINEL;
-                dst32[i] = (uint32_t)dst[i];
-            }
-        }
-    }
+    /* two copies of the loop, with the view and without */
+    uint64_t top = 0;
+    if (!(view ? take_ids(&q, dst, dst32, n, &top) : take_ids(&q, dst, NULL, n, &top)))
+        return false;
     *out = dst;
     *n_out = n;
     if (out32)
-        *out32 = view && !wide ? dst32 : NULL;
+        *out32 = view && top < KVR_WIDE_SENTINEL ? dst32 : NULL;
     *used += words;
     *p = q;
     return true;
