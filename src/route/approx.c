@@ -156,33 +156,42 @@ static bool held(const route_approx *st, uint64_t hash, double now)
     return v && double_of(*v) > now;
 }
 
-uint32_t route_approx_held(route_approxes *a, uintptr_t index, uint64_t worker_id,
-                           uint32_t dp_rank, const uint64_t *chain, uint32_t n, double now,
-                           double grace_s)
+/* How many leading blocks of chain the store holds at now. */
+static uint32_t held_prefix(const route_approx *st, const uint64_t *chain, uint32_t n, double now)
+{
+    if (n == 0 || !held(st, chain[0], now))
+        return 0;
+    uint32_t lo = 1, hi = n; /* chain[0..lo) held, chain[hi..n) not */
+    for (uint32_t i = 1; i < n; i *= 2) {
+        if (!held(st, chain[i], now)) {
+            hi = i;
+            break;
+        }
+        lo = i + 1;
+    }
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (held(st, chain[mid], now))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+void route_approx_held(route_approxes *a, uintptr_t index, const route_approx_entry *e, size_t n,
+                       double now, kvr_query_entry *out)
 {
     pthread_mutex_lock(&a->mu);
-    const route_approx *st = store_find(a, index, worker_id, dp_rank);
-    uint32_t lo = 0;
-    if (st && now - st->since >= grace_s && n > 0 && held(st, chain[0], now)) {
-        uint32_t hi = n; /* chain[0..lo) held, chain[hi..n) not */
-        lo = 1;
-        for (uint32_t i = 1; i < n; i *= 2) {
-            if (!held(st, chain[i], now)) {
-                hi = i;
-                break;
-            }
-            lo = i + 1;
-        }
-        while (lo < hi) {
-            uint32_t mid = lo + (hi - lo) / 2;
-            if (held(st, chain[mid], now))
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
+    for (size_t i = 0; i < n; i++) {
+        const route_approx *st = store_find(a, index, e[i].worker_id, e[i].dp_rank);
+        uint32_t lo = st && now - st->since >= e[i].grace_s
+                          ? held_prefix(st, e[i].chain, e[i].n, now)
+                          : 0;
+        kvr_query_entry *q = &out[e[i].at];
+        q->gpu_blocks = q->cpu_blocks = q->disk_blocks = lo;
     }
     pthread_mutex_unlock(&a->mu);
-    return lo;
 }
 
 static int fifo_push(route_approx *st, uint64_t hash, double expires_at)

@@ -365,11 +365,22 @@ typedef struct {
 
 void route_approx_init(route_approxes *a, double ttl_s, uint64_t max_blocks);
 void route_approx_free(route_approxes *a);
-/* How many leading blocks of chain (chain hashes) were routed to the worker
- * within the TTL; 0 while its first block was noted less than grace_s ago. */
-uint32_t route_approx_held(route_approxes *a, uintptr_t index, uint64_t worker_id,
-                           uint32_t dp_rank, const uint64_t *chain, uint32_t n, double now,
-                           double grace_s);
+/* A candidate scored from the approximate index: its kvr_query_result
+ * entry, its worker and rank, its profile's chain and the grace. */
+typedef struct {
+    uint32_t at;
+    uint32_t dp_rank;
+    uint64_t worker_id;
+    const uint64_t *chain;
+    uint32_t n;
+    double grace_s;
+} route_approx_entry;
+/* For each of the n entries: how many leading blocks of its chain (chain
+ * hashes) were routed to its worker within the TTL, 0 while its first
+ * block was noted less than grace_s ago, written to held[e.at]'s
+ * gpu/cpu/disk blocks. One hold of the lock for all of them. */
+void route_approx_held(route_approxes *a, uintptr_t index, const route_approx_entry *e, size_t n,
+                       double now, kvr_query_entry *held);
 /* kv_events auto: an engine's first events follow its first requests by well
  * under this; a rank silent this long after the first request routed there
  * is scored from the approximate index. */
@@ -468,6 +479,11 @@ typedef struct route_scratch {
     size_t ep_cap;
     uint32_t *entry_slot; /* per kvr_query_result entry: its rank position, or NO_SLOT */
     size_t es_cap;
+    /* route_query's approximate candidates (route_approx_entry), scored
+     * after the enumeration under one hold of the approximate index's
+     * lock: a lock per candidate was a fifth of a 1000-worker /route */
+    route_approx_entry *approx_entries;
+    size_t n_approx, approx_cap;
     const route_slot **states; /* kvr_route: each candidate's state, read once */
     size_t states_cap;
     route_slot *unslotted; /* the states of candidates without a bound slot */

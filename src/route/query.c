@@ -119,17 +119,10 @@ static bool approximate(const kvr_worker_caps *c, uint32_t dp_rank)
     return !(c->rank_bits >> dp_rank & 1);
 }
 
-typedef struct {
-    kvr_router *r;
-    uintptr_t index;
-    double now;
-} approx_ctx;
-
 /* Appends candidate (worker c, dp_rank): base holds the worker's fields. */
 static inline void add_entry(kvr_query_result *out, route_scratch *s, const kvr_query_entry *base,
                              const kvr_worker_caps *c, const route_profile *pr, uint32_t profile,
-                             uint32_t first, uint32_t dp_rank, bool rank_seen, uint32_t slot,
-                             const approx_ctx *ax)
+                             uint32_t first, uint32_t dp_rank, bool rank_seen, uint32_t slot)
 {
     size_t at = out->n_entries++;
     s->entry_profile[at] = profile;
@@ -139,11 +132,10 @@ static inline void add_entry(kvr_query_result *out, route_scratch *s, const kvr_
     e->dp_rank = dp_rank;
     e->rank_seen = rank_seen;
     if (approximate(c, dp_rank)) {
-        e->approximate = true;
-        e->gpu_blocks = e->cpu_blocks = e->disk_blocks =
-            route_approx_held(&ax->r->approx, ax->index, c->worker_id, dp_rank, pr->hashes,
-                              (uint32_t)pr->n_blocks, ax->now,
-                              c->kv_events == KVR_KV_EVENTS_OFF ? 0 : KVR_ROUTE_APPROX_GRACE_S);
+        e->approximate = true; /* its overlaps: route_approx_held, after the loop */
+        s->approx_entries[s->n_approx++] = (route_approx_entry){
+            (uint32_t)at, dp_rank, c->worker_id, pr->hashes, (uint32_t)pr->n_blocks,
+            c->kv_events == KVR_KV_EVENTS_OFF ? 0 : KVR_ROUTE_APPROX_GRACE_S};
         return;
     }
     const kvr_match_entry *m = first != UINT32_MAX ? find_match(pr, first, dp_rank) : NULL;
@@ -156,7 +148,7 @@ static inline void add_entry(kvr_query_result *out, route_scratch *s, const kvr_
 
 /* Candidates of one worker: its known ranks (rank 0 when it has none yet),
  * plus any rank that matched blocks but is newer than the rank cache. */
-static void add_worker(kvr_query_result *out, route_scratch *s, size_t w, const approx_ctx *ax)
+static void add_worker(kvr_query_result *out, route_scratch *s, size_t w)
 {
     const kvr_worker_caps *c = &s->caps[w];
     uint32_t prof = s->worker_profile[w];
@@ -172,7 +164,7 @@ static void add_worker(kvr_query_result *out, route_scratch *s, size_t w, const 
     const route_rank_span span = s->spans[w];
     const uint32_t *ranks = s->ranks + span.off, *pos = s->rank_pos + span.off;
     for (uint32_t k = 0; k < span.n; k++)
-        add_entry(out, s, &base, c, pr, prof, first, ranks[k], true, pos[k], ax);
+        add_entry(out, s, &base, c, pr, prof, first, ranks[k], true, pos[k]);
     bool zero_listed = span.n == 0;
     for (uint32_t i = first; i != UINT32_MAX; i = pr->same_worker[i]) {
         const kvr_match_entry *m = &pr->matches[i];
@@ -180,10 +172,10 @@ static void add_worker(kvr_query_result *out, route_scratch *s, size_t w, const 
             continue;
         if (m->dp_rank == 0)
             zero_listed = false;
-        add_entry(out, s, &base, c, pr, prof, first, m->dp_rank, true, KVR_ROUTE_NO_SLOT, ax);
+        add_entry(out, s, &base, c, pr, prof, first, m->dp_rank, true, KVR_ROUTE_NO_SLOT);
     }
     if (zero_listed)
-        add_entry(out, s, &base, c, pr, prof, first, 0, false, span.none_pos, ax);
+        add_entry(out, s, &base, c, pr, prof, first, 0, false, span.none_pos);
 }
 
 static kvr_route_status fail(kvr_query_result *out, kvr_route_status st, const char *msg)
@@ -245,16 +237,21 @@ kvr_route_status route_query(kvr_router *r, const kvr_query_request *req, kvr_qu
         need += s->profiles[p].n_matches;
     if (route_grow((void **)&out->entries, &out->cap, need, sizeof *out->entries) < 0 ||
         route_grow((void **)&s->entry_profile, &s->ep_cap, need, sizeof *s->entry_profile) < 0 ||
-        route_grow((void **)&s->entry_slot, &s->es_cap, need, sizeof *s->entry_slot) < 0) {
+        route_grow((void **)&s->entry_slot, &s->es_cap, need, sizeof *s->entry_slot) < 0 ||
+        route_grow((void **)&s->approx_entries, &s->approx_cap, need,
+                   sizeof *s->approx_entries) < 0) {
         route_scratch_release(r, s);
         return fail(out, KVR_ROUTE_NO_MEMORY, "out of memory");
     }
     /* Chain hashes name whole prefixes: the approximate index and the
      * bookings hold blocks by them. */
     route_chain_profiles(s);
-    approx_ctx ax = {r, (uintptr_t)idx, route_now(r)};
+    s->n_approx = 0;
     for (long w = 0; w < nw; w++)
-        add_worker(out, s, (size_t)w, &ax);
+        add_worker(out, s, (size_t)w);
+    if (s->n_approx)
+        route_approx_held(&r->approx, (uintptr_t)idx, s->approx_entries, s->n_approx,
+                          route_now(r), out->entries);
     if (keep)
         *keep = s;
     else

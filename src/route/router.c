@@ -103,6 +103,7 @@ static void scratch_destroy(route_scratch *s)
     free(s->padded[1]);
     free(s->entry_profile);
     free(s->entry_slot);
+    free(s->approx_entries);
     free(s->states);
     free(s->unslotted);
     free(s->costs);
