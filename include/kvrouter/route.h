@@ -318,8 +318,9 @@ typedef struct {
     double queued_tokens;           /* ttft: prefill still ahead of it, estimated now */
     double recent_work;             /* ttft: prefill tokens booked there lately (decayed) */
     double decode_factor;           /* ttft: the decode slowdown used (0 with dynamo) */
-    /* ttft: tokens the worker took in since the prompt this request comes
-     * back to was last touched there (-1: none routed there; debug only),
+    /* ttft: the LRU depth of the prompt this request comes back to on the
+     * worker: tokens taken in or hit again there since it was last touched,
+     * older prompts' hits counted (-1: none routed there; debug only),
      * and the tokens of other prompts its new tokens would push past the
      * worker's LRU edge (0 when its capacity is unknown) */
     double prefix_age_tokens;

@@ -1,8 +1,11 @@
 /* Each worker's LRU edge, as the router sees it (internal.h route_edge):
  * the tokens the worker took in (the prefill the router booked there) and,
  * in the order they were taken in, the prompts routed there that a later
- * turn may come back to. A prompt's age is the intake since it was last
- * touched; an engine whose cache holds C tokens evicts by least recent use,
+ * turn may come back to. A prompt's age is its depth in the worker's LRU:
+ * the tokens touched there since it was, which are the intake plus the
+ * prompts older than it that a returning turn moved ahead of it (a hit
+ * refreshes its path, as SGLang's radix cache does). An engine whose cache
+ * holds C tokens evicts by least recent use,
  * so a prompt older than about C is gone and one just under C goes with the
  * next tokens the worker takes in. Placing u new tokens on a worker thus
  * pushes past its edge the prompts whose age lies in [C - u, C): the reuse
@@ -10,6 +13,7 @@
  * ttft model charges it, select.c). A later turn that matches a prompt
  * touches it again: that prompt's entry is superseded by the new one
  * (which holds the whole conversation so far). Caller holds kvr_router.mu. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +21,7 @@
 #include "util/grow.h"
 
 struct route_edge {
-    double intake; /* tokens taken in, in all */
+    double clock; /* tokens moved to the LRU's recent end, in all: taken in or hit again */
     route_edge_entry *e;
     size_t head, n, cap; /* live entries: e[head..n), oldest first */
     uint64_t base;       /* sequence number of e[0] */
@@ -34,8 +38,6 @@ void route_edge_free(route_edge *g)
 }
 
 bool route_edge_live(const route_edge *g) { return g && g->n > g->head; }
-
-double route_edge_intake(const route_edge *g) { return g ? g->intake : 0; }
 
 /* The entry a prompt of n_blocks (matched: the blocks the worker's cache
  * already holds) comes back to: the deepest matched block that ends a
@@ -59,7 +61,7 @@ double route_edge_age(const route_edge *g, const uint64_t *hashes, uint32_t matc
 {
     uint64_t seq;
     const route_edge_entry *o = g ? own_entry(g, hashes, matched, &seq) : NULL;
-    return o ? g->intake - o->stamp : -1;
+    return o ? g->clock - o->stamp : -1;
 }
 
 double route_edge_loss(const route_edge *g, double capacity, double u, const uint64_t *hashes,
@@ -67,10 +69,10 @@ double route_edge_loss(const route_edge *g, double capacity, double u, const uin
 {
     if (!route_edge_live(g) || !(capacity > 0) || !(u > 0))
         return 0;
-    /* Ages in [C - u, C): stamps in (intake - C, intake - C + u]. The
+    /* Ages in [C - u, C): stamps in (clock - C, clock - C + u]. The
      * stamps rise with the entries: the first one past the low end by
      * bisection, then the band. */
-    double lo = g->intake - capacity, hi = lo + u;
+    double lo = g->clock - capacity, hi = lo + u;
     size_t a = g->head, b = g->n;
     while (a < b) {
         size_t m = a + (b - a) / 2;
@@ -96,7 +98,7 @@ static void drop_front(route_edge *g, double capacity, route_edge_counts *c)
 {
     size_t max = KVR_ROUTE_EDGE_MAX;
     while (g->head < g->n) {
-        bool aged = capacity > 0 && g->e[g->head].stamp <= g->intake - capacity;
+        bool aged = capacity > 0 && g->e[g->head].stamp <= g->clock - capacity;
         bool over = g->n - g->head > max;
         if (!aged && !over)
             break;
@@ -134,13 +136,21 @@ int route_edge_note(route_edge **gp, const uint64_t *hashes, uint32_t n_blocks, 
     /* A prompt that matched no entry here shares at most a prefix other
      * prompts keep in use (a system prompt): its own part is the rest. */
     double value = o ? prompt_tokens : prompt_tokens - matched_tokens;
+    double moved = 0;
     if (o) {
-        /* The conversation came back: its new entry holds all of it. */
+        /* The conversation came back: its new entry holds all of it. Its
+         * old tokens move to the recent end, ahead of every prompt newer
+         * than them; the prompts older than them were behind them already,
+         * so their depth does not change (their stamps move with the
+         * clock). */
         c->returned++;
+        moved = o->value;
+        for (size_t i = g->head; i < seq - g->base; i++)
+            g->e[i].stamp = fmin(g->e[i].stamp + moved, o->stamp); /* still older than o was */
         o->value = 0;
         kvr_u64map_del(&g->at, o->last_hash, NULL);
     }
-    g->intake += intake_tokens > 0 ? intake_tokens : 0;
+    g->clock += (intake_tokens > 0 ? intake_tokens : 0) + moved;
     drop_front(g, capacity, c);
     if (!n_blocks || !(value > 0))
         return 0;
@@ -149,6 +159,6 @@ int route_edge_note(route_edge **gp, const uint64_t *hashes, uint32_t n_blocks, 
     uint64_t last = hashes[n_blocks - 1];
     if (kvr_u64map_put(&g->at, last, g->base + g->n) < 0)
         return -1;
-    g->e[g->n++] = (route_edge_entry){last, g->intake, value};
+    g->e[g->n++] = (route_edge_entry){last, g->clock, value};
     return 0;
 }

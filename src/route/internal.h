@@ -77,8 +77,8 @@ typedef struct route_rate {
 
 /* ---- each worker's LRU edge (edge.c); caller holds kvr_router.mu -------- */
 
-/* A prompt routed to a worker: its last routing block, the worker's intake
- * when it was taken in (its stamp) and the tokens a later turn would reuse
+/* A prompt routed to a worker: its last routing block, the worker's LRU
+ * clock (edge.c) when it was last touched (its stamp) and the tokens a later turn would reuse
  * of it (0 once a later turn superseded it). */
 typedef struct {
     uint64_t last_hash;
@@ -105,9 +105,9 @@ typedef struct {
 void route_edge_free(route_edge *g);
 /* Whether g holds a prompt a placement could push past the edge. */
 bool route_edge_live(const route_edge *g);
-double route_edge_intake(const route_edge *g);
-/* Intake since the prompt a request with these hashes (matched blocks
- * cached on the worker) comes back to was last touched; -1 when none. */
+/* The LRU depth (tokens touched on the worker since) of the prompt a
+ * request with these hashes (matched blocks cached on the worker) comes
+ * back to; -1 when none. */
 double route_edge_age(const route_edge *g, const uint64_t *hashes, uint32_t matched);
 /* Tokens of other prompts that u new tokens push past the edge of a cache
  * of `capacity` tokens. */

@@ -158,6 +158,47 @@ static void test_age_of_the_prompt_a_request_comes_back_to(void **state)
     free(f);
 }
 
+/* A hit moves blocks ahead in the LRU (a hit refreshes its path): prompts 1
+ * and 2 (600 tokens each) on worker 1, then prompt 1's next turn (1000
+ * tokens, 600 of them cached) there. Prompt 2 is then behind the 400 new
+ * tokens and the 600 of prompt 1 that moved ahead of it: 1000 deep, not
+ * the 400 taken in since. So a cold 1000-token request on worker 1 would
+ * push it past the 2000-token edge, and its own next turn finds it 1000
+ * old. Counting the intake only, both read 400 (no loss; age 400). */
+static void test_a_hit_ages_the_prompts_it_moves_ahead_of(void **state)
+{
+    (void)state;
+    fx *f = make(KVR_EDGE_COST);
+    kvr_worker *w = kvr_indexer_find(f->ix, RT_MODEL, NULL, 1);
+    uint64_t t1[600], t2[600];
+    for (size_t i = 0; i < 600; i++) {
+        t1[i] = 10000 + i;
+        t2[i] = 20000 + i;
+    }
+    kvr_route_decision d = route(f, "p1", 1, 600, 1);
+    kvr_route_decision_free(&d);
+    d = route(f, "p2", 2, 600, 1);
+    kvr_route_decision_free(&d);
+    rt_store(f->ix, w, 0, BS, t1, 600, false, 5000);
+    d = route(f, "p1b", 1, 1000, 1);
+    assert_int_equal(rt_cost_of(&d, 1)->gpu_blocks, 150);
+    kvr_route_decision_free(&d);
+    rt_store(f->ix, w, 0, BS, t2, 600, false, 6000);
+    d = route(f, "cold", 4, 1000, 0);
+    assert_int_equal(d.worker_id, 2);
+    if (rt_cost_of(&d, 1)->edge_loss_tokens != 600)
+        fail_msg("a cold 1000 tokens on worker 1 push out %g tokens, want prompt 2's 600",
+                 rt_cost_of(&d, 1)->edge_loss_tokens);
+    kvr_route_decision_free(&d);
+    d = route(f, "p2b", 2, 700, 1);
+    if (rt_cost_of(&d, 1)->prefix_age_tokens != 1000)
+        fail_msg("prompt 2 is %g deep in worker 1's LRU, want 1000",
+                 rt_cost_of(&d, 1)->prefix_age_tokens);
+    kvr_route_decision_free(&d);
+    rt_close(f->ix, f->r);
+    free(f);
+}
+
 /* A worker whose cache never ages a prompt out (a capacity far above what
  * it takes in) keeps the newest KVR_ROUTE_EDGE_MAX prompts: each one past
  * that is dropped, counted as aged out and, apart, as dropped at the
@@ -246,6 +287,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_placement_spares_the_prompt_at_the_edge),
         cmocka_unit_test(test_age_of_the_prompt_a_request_comes_back_to),
+        cmocka_unit_test(test_a_hit_ages_the_prompts_it_moves_ahead_of),
         cmocka_unit_test(test_turned_off_the_edges_go),
         cmocka_unit_test(test_edge_keeps_at_most_its_limit),
         cmocka_unit_test(test_names),
