@@ -29,7 +29,7 @@ void kvr_tree_write_lock(kvr_index *idx)
 
 /* Only the writer touches the retired list, so it is read after the lock
  * is released: the frees then cost the writer, not the waiting matches. */
-static void free_retired(uint64_t **retired, uint32_t n)
+static void free_retired(void **retired, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++)
         free(retired[i]);
@@ -37,7 +37,7 @@ static void free_retired(uint64_t **retired, uint32_t n)
 
 void kvr_tree_write_unlock(kvr_index *idx)
 {
-    uint64_t *retired[4];
+    void *retired[4];
     uint32_t n = idx->n_retired;
     memcpy(retired, idx->retired, n * sizeof *retired);
     idx->n_retired = 0;
@@ -45,7 +45,7 @@ void kvr_tree_write_unlock(kvr_index *idx)
     free_retired(retired, n);
 }
 
-static void retire(kvr_index *idx, uint64_t *old)
+static void retire(kvr_index *idx, void *old)
 {
     if (!old)
         return;
@@ -86,36 +86,73 @@ bool kvr_index_write_yield(kvr_index *idx, uint64_t *slice_start_ns)
 
 /* ---- table sizing ---- */
 
-/* Tables up to this many slots (64 KiB, ~0.1 ms to rebuild) are resized
+/* Tables up to this size (8192 fingerprint slots, ~0.1 ms to rebuild) are resized
  * under the write lock; larger ones under a read lock, as matches would
  * wait for the rebuild: at 65536 slots the longest event of the bench
  * streams took 0.65-0.9 ms of CPU under the write lock, at 8192 0.1-0.23. */
-#define INLINE_MAX (1u << 13)
+#define INLINE_MAX_BYTES (64u << 10)
+
+/* The new arrays of a resize: the engine table's and the child table's
+ * (NULL where the capacity stays or becomes 0). */
+typedef struct {
+    uint32_t ecap, ccap;
+    uint32_t *engine;
+    uint64_t *child;
+} fit_plan;
+
+static int plan_build(const kvr_index *idx, fit_plan *p)
+{
+    if (p->ecap != idx->engine.cap && p->ecap &&
+        !(p->engine = kvr_tree_engine_rebuild(idx, p->ecap)))
+        return -1;
+    if (p->ccap != idx->child.cap && p->ccap &&
+        !(p->child = kvr_idtab_rehash(&idx->child, p->ccap)))
+        return -1;
+    return 0;
+}
+
+static void plan_drop(fit_plan *p)
+{
+    free(p->engine);
+    free(p->child);
+}
+
+/* Installs the plan's arrays; the old ones go to `dispose` (freed at once
+ * or retired until the write lock is released). */
+static void plan_install(kvr_index *idx, const fit_plan *p, void (*dispose)(kvr_index *, void *))
+{
+    if (p->ecap != idx->engine.cap)
+        dispose(idx, kvr_keytab_install(&idx->engine, p->engine, p->ecap));
+    if (p->ccap != idx->child.cap)
+        dispose(idx, kvr_idtab_install(&idx->child, p->child, p->ccap));
+}
+
+static void dispose_now(kvr_index *idx, void *old)
+{
+    (void)idx;
+    free(old);
+}
 
 int kvr_tree_fit(kvr_index *idx, uint32_t blocks, uint32_t runs)
 {
-    kvr_idtab *tab[2] = {&idx->engine, &idx->child};
-    uint32_t cap[2] = {kvr_idtab_fit_cap(&idx->engine, (uint64_t)idx->engine.len + blocks),
-                       kvr_idtab_fit_cap(&idx->child, (uint64_t)idx->child.len + runs)};
-    bool change = false, big = false;
-    for (int i = 0; i < 2; i++) {
-        if (cap[i] == UINT32_MAX)
-            return -1;
-        if (cap[i] != tab[i]->cap) {
-            change = true;
-            big |= cap[i] > INLINE_MAX || tab[i]->cap > INLINE_MAX;
-        }
-    }
-    if (!change)
+    fit_plan p = {
+        .ecap = kvr_keytab_fit_cap(&idx->engine, (uint64_t)idx->engine.len + blocks),
+        .ccap = kvr_idtab_fit_cap(&idx->child, (uint64_t)idx->child.len + runs),
+    };
+    if (p.ecap == UINT32_MAX || p.ccap == UINT32_MAX)
+        return -1;
+    if (p.ecap == idx->engine.cap && p.ccap == idx->child.cap)
         return 0;
-    uint64_t *fresh[2] = {NULL, NULL};
+    size_t ebytes = (size_t)(p.ecap > idx->engine.cap ? p.ecap : idx->engine.cap) * sizeof(uint32_t);
+    size_t cbytes = (size_t)(p.ccap > idx->child.cap ? p.ccap : idx->child.cap) * sizeof(uint64_t);
+    bool big = (p.ecap != idx->engine.cap && ebytes > INLINE_MAX_BYTES) ||
+               (p.ccap != idx->child.cap && cbytes > INLINE_MAX_BYTES);
     if (!big) {
-        for (int i = 0; i < 2; i++)
-            if (cap[i] != tab[i]->cap) {
-                if (cap[i] && !(fresh[i] = kvr_idtab_rehash(tab[i], cap[i])))
-                    return -1;
-                free(kvr_idtab_install(tab[i], fresh[i], cap[i]));
-            }
+        if (plan_build(idx, &p) < 0) {
+            plan_drop(&p);
+            return -1;
+        }
+        plan_install(idx, &p, dispose_now);
         return 0;
     }
     /* Nothing of this event is applied yet. A read lock keeps writers off
@@ -126,20 +163,14 @@ int kvr_tree_fit(kvr_index *idx, uint32_t blocks, uint32_t runs)
     uint64_t epoch = idx->write_epoch;
     kvr_tree_write_unlock(idx);
     pthread_rwlock_rdlock(&idx->lock);
-    bool oom = false;
-    for (int i = 0; i < 2; i++)
-        if (cap[i] != tab[i]->cap && cap[i] && !(fresh[i] = kvr_idtab_rehash(tab[i], cap[i])))
-            oom = true;
+    bool oom = plan_build(idx, &p) < 0;
     pthread_rwlock_unlock(&idx->lock);
     kvr_tree_write_lock(idx);
     if (idx->write_epoch != epoch + 1 || oom) {
-        free(fresh[0]);
-        free(fresh[1]);
+        plan_drop(&p);
         return oom ? -1 : 0;
     }
-    for (int i = 0; i < 2; i++)
-        if (cap[i] != tab[i]->cap)
-            retire(idx, kvr_idtab_install(tab[i], fresh[i], cap[i]));
+    plan_install(idx, &p, retire);
     idx->table_rebuilds++;
     return 0;
 }
@@ -163,7 +194,7 @@ kvr_index *kvr_index_create(void)
     kvr_ids_init(&idx->block_ids);
     kvr_ids_init(&idx->run_ids);
     kvr_idtab_init(&idx->child);
-    kvr_idtab_init(&idx->engine);
+    kvr_keytab_init(&idx->engine);
     kvr_u64map_init(&idx->by_worker);
     kvr_u64map_init(&idx->exc);
     idx->stack = malloc(STACK_MIN * sizeof *idx->stack);
@@ -192,7 +223,7 @@ void kvr_index_destroy(kvr_index *idx)
     free(idx->owner_keys);
     kvr_tree_runs_free(idx);
     kvr_idtab_free(&idx->child);
-    kvr_idtab_free(&idx->engine);
+    kvr_keytab_free(&idx->engine);
     free_retired(idx->retired, idx->n_retired);
     free(idx->stack);
     kvr_osets_free(&idx->sets);
@@ -267,7 +298,7 @@ void kvr_index_stats_get(kvr_index *idx, kvr_index_stats *out)
                    (size_t)idx->n_rchunks * sizeof(kvr_run_chunk) +
                    (size_t)(idx->bchunks_cap + idx->rchunks_cap) * sizeof(void *) +
                    kvr_ids_bytes(&idx->block_ids) + kvr_ids_bytes(&idx->run_ids) +
-                   kvr_idtab_bytes(&idx->child) + kvr_idtab_bytes(&idx->engine) +
+                   kvr_idtab_bytes(&idx->child) + kvr_keytab_bytes(&idx->engine) +
                    kvr_osets_bytes(&idx->sets) +
                    (size_t)idx->owners_cap * (sizeof(kvr_owner_rec) + sizeof(kvr_owner_key)) +
                    kvr_u64map_bytes(&idx->by_worker) + kvr_u64map_bytes(&idx->exc) +

@@ -290,7 +290,7 @@ size_t kvr_index_remove_locked(kvr_index *idx, kvr_owner owner, kvr_tier tier,
             continue;
         }
         if (i + REMOVE_AHEAD < n)
-            kvr_idtab_prefetch(&idx->engine, kvr_engine_fp(engine_hashes[i + REMOVE_AHEAD]));
+            kvr_keytab_prefetch(&idx->engine, kvr_engine_fp(engine_hashes[i + REMOVE_AHEAD]));
         uint32_t entry, b = kvr_tree_lookup(idx, owner, engine_hashes[i], &entry);
         if (b == KVR_NIL || !(entry & bit)) { /* unknown handle, or not held on this tier */
             unknown++;

@@ -31,16 +31,15 @@ uint32_t kvr_tree_lookup(const kvr_index *idx, uint32_t owner, uint64_t e, uint3
         *entry = kvr_tree_entry(idx, b, owner);
         return b;
     }
-    const kvr_idtab *t = &idx->engine;
+    const kvr_keytab *t = &idx->engine;
     if (!t->cap)
         return KVR_NIL;
     /* a block's creator hash is the owner's handle for it unless the owner
      * names it otherwise (then the exception table had it) */
-    for (uint32_t i = kvr_idtab_home(t, fp); t->slot[i]; i = kvr_probe_next(i, t->cap)) {
-        uint64_t s = t->slot[i];
-        if (kvr_idtab_fp(s) == fp && KVR_ENGINE(idx, kvr_idtab_id(s)) == e &&
-            kvr_tree_holds_plain(idx, owner, kvr_idtab_id(s), entry))
-            return kvr_idtab_id(s);
+    for (uint32_t i = kvr_keytab_home(t, fp); t->slot[i]; i = kvr_probe_next(i, t->cap)) {
+        uint32_t x = t->slot[i];
+        if (KVR_ENGINE(idx, x) == e && kvr_tree_holds_plain(idx, owner, x, entry))
+            return x;
     }
     return KVR_NIL;
 }
@@ -64,4 +63,27 @@ void kvr_tree_exc_del(kvr_index *idx, uint32_t owner, uint32_t b)
     kvr_idtab *x = &idx->owners[owner].exc;
     kvr_idtab_del(x, kvr_idtab_slot(kvr_engine_fp(e), b));
     kvr_idtab_reserve(x, 0); /* shrinks a sparse table; on OOM it stays */
+}
+
+uint32_t *kvr_tree_engine_rebuild(const kvr_index *idx, uint32_t cap)
+{
+    const kvr_ids *ids = &idx->block_ids;
+    if (idx->engine.len + 1 != ids->count) /* not every block there: copy the table */
+        return kvr_keytab_rehash(&idx->engine, cap, kvr_tree_engine_fp_of, idx);
+    uint32_t *s = cap ? kvr_keytab_alloc(cap) : NULL;
+    if (!s)
+        return NULL;
+    /* Every live block but the root is in the table once: walking the
+     * blocks reads their engine hashes in order instead of one block per
+     * old slot at random, and skips the old table's empty slots. */
+    for (uint32_t w = 0; (uint64_t)w * 64 < ids->top; w++) {
+        uint64_t used = ids->bits[w] & (w ? ~0ULL : ~1ULL);
+        if ((uint64_t)w * 64 + 64 > ids->top && ids->top % 64) /* padding above cap is set */
+            used &= (1ULL << (ids->top % 64)) - 1;
+        for (; used; used &= used - 1) {
+            uint32_t b = w * 64 + (uint32_t)__builtin_ctzll(used);
+            kvr_keytab_place(s, cap, b, kvr_tree_engine_fp_of(idx, b));
+        }
+    }
+    return s;
 }

@@ -36,6 +36,7 @@
 
 #include "index/tree_ids.h"
 #include "index/tree_sets.h"
+#include "index/tree_keytab.h"
 #include "index/tree_table.h"
 #include "kvrouter/index.h"
 #include "util/u64map.h"
@@ -107,7 +108,7 @@ struct kvr_index {
     uint32_t n_bchunks, bchunks_cap, n_rchunks, rchunks_cap;
     kvr_ids block_ids, run_ids;
     kvr_idtab child;       /* runs by fp(parent block, first local hash) */
-    kvr_idtab engine;      /* blocks by fp(engine hash of their creator) */
+    kvr_keytab engine;     /* blocks by fp(engine hash of their creator) */
     /* Live blocks whose creator hash another live block also has (counted
      * when a block joins or leaves the engine table). While 0, a block's
      * creator hash names that block only, and stores skip the check that
@@ -124,7 +125,7 @@ struct kvr_index {
     size_t stack_cap;
     /* Tables replaced under the write lock, freed once it is released:
      * unmapping a large table takes milliseconds that matches would wait. */
-    uint64_t *retired[4];
+    void *retired[4];
     uint32_t n_retired;
 };
 
@@ -157,6 +158,11 @@ static inline uint32_t kvr_child_fp(uint32_t parent, uint64_t local)
 static inline uint32_t kvr_engine_fp(uint64_t engine)
 {
     return (uint32_t)((engine * 0x9E3779B97F4A7C15ULL) >> 32);
+}
+/* The engine table's key of block b (kvr_keytab_fp_fn; ctx: the index). */
+static inline uint32_t kvr_tree_engine_fp_of(const void *ctx, uint32_t b)
+{
+    return kvr_engine_fp(KVR_ENGINE((const struct kvr_index *)ctx, b));
 }
 
 /* Child run of block `parent` whose first block has this local hash. */
@@ -278,27 +284,27 @@ static inline __attribute__((always_inline)) uint32_t kvr_tree_engine_put(struct
 {
     uint64_t e = KVR_ENGINE(idx, b);
     uint32_t fp = kvr_engine_fp(e);
-    kvr_idtab *t = &idx->engine;
+    kvr_keytab *t = &idx->engine;
     /* one walk: the owner's block under e if it has one, other blocks with
      * creator hash e, and the empty slot the new entry goes to */
     bool other = false;
-    uint32_t i = kvr_idtab_home(t, fp), entry;
+    uint32_t i = kvr_keytab_home(t, fp), entry;
     for (; t->slot[i]; i = kvr_probe_next(i, t->cap)) {
-        uint64_t s = t->slot[i];
-        if (kvr_idtab_fp(s) != fp || KVR_ENGINE(idx, kvr_idtab_id(s)) != e)
+        uint32_t x = t->slot[i];
+        if (KVR_ENGINE(idx, x) != e)
             continue;
-        if (kvr_tree_holds_plain(idx, owner, kvr_idtab_id(s), &entry))
-            return kvr_idtab_id(s);
+        if (kvr_tree_holds_plain(idx, owner, x, &entry))
+            return x;
         other = true;
     }
     idx->engine_dups += other;
-    kvr_idtab_put_at(t, kvr_idtab_slot(fp, b), i);
+    kvr_keytab_put_at(t, b, i);
     return KVR_NIL;
 }
 /* Room in the engine table for n more blocks. */
 static inline void kvr_tree_engine_room(struct kvr_index *idx, uint32_t n)
 {
-    if (kvr_idtab_room(&idx->engine, n) < 0)
+    if (kvr_keytab_room(&idx->engine, n, kvr_tree_engine_fp_of, idx) < 0)
         abort(); /* an ownership without its handle could never be removed */
 }
 static inline __attribute__((always_inline)) uint32_t kvr_tree_engine_add(struct kvr_index *idx,
@@ -315,20 +321,24 @@ static inline __attribute__((always_inline)) uint32_t kvr_tree_engine_add(struct
 static inline __attribute__((always_inline)) void kvr_tree_engine_del(struct kvr_index *idx,
                                                                    uint32_t b)
 {
-    kvr_idtab *t = &idx->engine;
+    kvr_keytab *t = &idx->engine;
     uint64_t e = KVR_ENGINE(idx, b);
     uint32_t fp = kvr_engine_fp(e);
     if (idx->engine_dups) {
-        for (uint32_t i = kvr_idtab_home(t, fp); t->slot[i]; i = kvr_probe_next(i, t->cap)) {
-            uint32_t x = kvr_idtab_id(t->slot[i]);
-            if (kvr_idtab_fp(t->slot[i]) == fp && x != b && KVR_ENGINE(idx, x) == e) {
+        for (uint32_t i = kvr_keytab_home(t, fp); t->slot[i]; i = kvr_probe_next(i, t->cap)) {
+            uint32_t x = t->slot[i];
+            if (x != b && KVR_ENGINE(idx, x) == e) {
                 idx->engine_dups--;
                 break;
             }
         }
     }
-    kvr_idtab_del(t, kvr_idtab_slot(fp, b));
+    kvr_keytab_del(t, b, fp, kvr_tree_engine_fp_of, idx);
 }
+
+/* A copy of the engine table in a new array of cap slots (cap > 0), for
+ * a resize; reads the index only. NULL on OOM. */
+uint32_t *kvr_tree_engine_rebuild(const struct kvr_index *idx, uint32_t cap);
 
 /* Exception handle: owner calls block b by e (!= the block's engine hash). */
 int kvr_tree_exc_add(struct kvr_index *idx, uint32_t owner, uint32_t b, uint64_t e);

@@ -1,5 +1,6 @@
-/* Fingerprint/id tables of the prefix index (tree_table.h). */
-#include "index/tree_table.h"
+/* Open-addressing id tables of the prefix index: fingerprint/id tables
+ * (tree_table.h) and bare-id tables (tree_keytab.h), sized alike. */
+#include "index/tree_keytab.h"
 
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -23,9 +24,8 @@ size_t kvr_idtab_bytes(const kvr_idtab *t) { return (size_t)t->cap * sizeof(uint
 static bool overfull(uint64_t len, uint32_t cap) { return kvr_idtab_overfull(len, cap); }
 static bool sparse(uint64_t len, uint32_t cap) { return cap > MIN_CAP && len * 8 < cap; }
 
-uint32_t kvr_idtab_fit_cap(const kvr_idtab *t, uint64_t len)
+static uint32_t fit_cap(uint64_t cap, uint64_t len)
 {
-    uint64_t cap = t->cap;
     if (len == 0)
         return 0;
     if (overfull(len, (uint32_t)cap)) {
@@ -43,6 +43,8 @@ uint32_t kvr_idtab_fit_cap(const kvr_idtab *t, uint64_t len)
         cap /= 2;
     return (uint32_t)cap;
 }
+
+uint32_t kvr_idtab_fit_cap(const kvr_idtab *t, uint64_t len) { return fit_cap(t->cap, len); }
 
 static void place(uint64_t *slots, uint32_t cap, uint64_t s)
 {
@@ -113,4 +115,60 @@ int kvr_idtab_add(kvr_idtab *t, uint64_t slot)
 void kvr_idtab_replace(kvr_idtab *t, uint64_t old_slot, uint64_t new_slot)
 {
     t->slot[kvr_idtab_find(t, old_slot)] = new_slot;
+}
+
+/* ---- bare-id tables (tree_keytab.h) ---- */
+
+void kvr_keytab_init(kvr_keytab *t)
+{
+    t->slot = NULL;
+    t->cap = t->len = 0;
+}
+
+void kvr_keytab_free(kvr_keytab *t)
+{
+    free(t->slot);
+    kvr_keytab_init(t);
+}
+
+size_t kvr_keytab_bytes(const kvr_keytab *t) { return (size_t)t->cap * sizeof(uint32_t); }
+
+/* Twice the slots of the fingerprint table's size for len: a 4-byte slot
+ * at half the load, the same bytes, the same rebuild points. */
+uint32_t kvr_keytab_fit_cap(const kvr_keytab *t, uint64_t len)
+{
+    uint32_t half = fit_cap(t->cap / 2, len);
+    if (half == UINT32_MAX || half > UINT32_MAX / 2)
+        return UINT32_MAX;
+    return half * 2;
+}
+
+uint32_t *kvr_keytab_alloc(uint32_t cap)
+{
+    uint32_t *s = calloc(cap, sizeof *s);
+    if (s)
+        hugepage_hint(s, (size_t)cap * sizeof *s);
+    return s;
+}
+
+uint32_t *kvr_keytab_install(kvr_keytab *t, uint32_t *slots, uint32_t cap)
+{
+    uint32_t *old = t->slot;
+    t->slot = slots;
+    t->cap = slots ? cap : 0;
+    return old;
+}
+
+int kvr_keytab_reserve(kvr_keytab *t, uint32_t more, kvr_keytab_fp_fn fp_of, const void *ctx)
+{
+    uint32_t cap = kvr_keytab_fit_cap(t, (uint64_t)t->len + more);
+    if (cap == UINT32_MAX)
+        return -1;
+    if (cap == t->cap)
+        return 0;
+    uint32_t *s = kvr_keytab_rehash(t, cap, fp_of, ctx);
+    if (cap && !s)
+        return -1;
+    free(kvr_keytab_install(t, s, cap));
+    return 0;
 }

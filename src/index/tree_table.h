@@ -11,9 +11,9 @@
  *     for (uint32_t i = kvr_idtab_home(t, fp); t->slot[i]; i = kvr_probe_next(i, t->cap))
  *         if (kvr_idtab_fp(t->slot[i]) == fp) ... candidate kvr_idtab_id(t->slot[i])
  *
- * Used for the child table (runs by parent block and first local hash),
- * the engine table (blocks by their engine hash) and the per-owner tables
- * of exception handles. Sizing: kvr_idtab_fit_cap says what capacity a
+ * Used for the child table (runs by parent block and first local hash)
+ * and the per-owner tables of exception handles; the engine table holds
+ * bare ids at half the load instead (tree_keytab.h). Sizing: kvr_idtab_fit_cap says what capacity a
  * table should have for a number of entries (doubled at 4/5 load, halved
  * below 1/8); a large table is rebuilt with kvr_idtab_rehash while readers
  * still use the old one, then swapped in with kvr_idtab_install. */
