@@ -14,9 +14,12 @@ static inline size_t kvr_whole_blocks(size_t n_tokens, uint32_t block_size, bool
 {
     if (block_size == 0)
         return 0;
-    if (eagle)
-        return n_tokens == 0 ? 0 : (n_tokens - 1) / block_size;
-    return n_tokens / block_size;
+    size_t n = eagle ? (n_tokens == 0 ? 0 : n_tokens - 1) : n_tokens;
+    /* a store of one page (SGLang's, most of a stream) without a division:
+     * a 64-bit div takes tens of cycles, about as long as hashing the page */
+    if (n < 2 * (size_t)block_size)
+        return n >= block_size;
+    return n / block_size;
 }
 
 #endif

@@ -142,6 +142,13 @@ static void test_whole_blocks_only(void **state)
     assert_int_equal(out[1], kvr_hash_tokens(toks + 4, 5, KVR_HASH_SEED));
     assert_int_equal(kvr_hash_block_count(0, 4, true), 0);
     assert_int_equal(kvr_hash_block_count(16, 0, false), 0);
+    /* one and two pages are counted without a division: the SPEC formula
+     * around those bounds, for both layouts and several block sizes */
+    for (uint32_t b = 1; b <= 33; b += 4)
+        for (size_t n = 0; n <= 3 * (size_t)b + 2; n++) {
+            assert_int_equal(kvr_hash_block_count(n, b, false), n / b);
+            assert_int_equal(kvr_hash_block_count(n, b, true), n == 0 ? 0 : (n - 1) / b);
+        }
     /* cap bounds what is written but the count is still reported */
     out[1] = 77;
     assert_int_equal(kvr_hash_blocks(toks, 9, 4, false, KVR_HASH_SEED, out, 1), 2);
