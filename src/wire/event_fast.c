@@ -61,10 +61,14 @@ static inline __attribute__((always_inline)) bool
 take_uints(kvr_batch *b, kvr_raw_event *ev, size_t *used, const char **p, uint32_t max,
            bool view, const uint64_t **out, uint32_t *n_out, const uint32_t **out32)
 {
-    if (mp_typeof(**p) != MP_ARRAY)
-        return false;
     const char *q = *p;
-    uint32_t n = mp_decode_array(&q);
+    uint32_t n;
+    if (((unsigned char)*q & 0xf0) == 0x90) /* fixarray: what engines send for a page */
+        n = (unsigned char)*q++ & 0x0f;
+    else if (mp_typeof(*q) == MP_ARRAY)
+        n = mp_decode_array(&q);
+    else
+        return false;
     /* nothing is reserved for another shape (Eagle bigrams: arrays) */
     if (n > max || (n && mp_typeof(*q) != MP_UINT))
         return false;
@@ -95,15 +99,10 @@ take_uints(kvr_batch *b, kvr_raw_event *ev, size_t *used, const char **p, uint32
     return true;
 }
 
-/* The medium: "GPU" as SGLang and vLLM write it, else the table; nil is gpu. */
-static bool take_medium(const char **p, kvr_tier *tier)
+/* The medium other than "GPU": the table; nil is gpu. */
+static bool take_other_medium(const char **p, kvr_tier *tier)
 {
     const char *q = *p;
-    if ((unsigned char)*q == 0xa3 && q[1] == 'G' && q[2] == 'P' && q[3] == 'U') {
-        *tier = KVR_TIER_GPU;
-        *p = q + 4;
-        return true;
-    }
     if (take_nil(p))
         return true; /* ev->tier is gpu already */
     if (mp_typeof(*q) != MP_STR)
@@ -116,6 +115,19 @@ static bool take_medium(const char **p, kvr_tier *tier)
     *tier = (kvr_tier)t;
     *p = q;
     return true;
+}
+
+/* The medium: "GPU" as SGLang and vLLM write it checked inline (the call
+ * cost as much as the check), anything else out of line. */
+static inline bool take_medium(const char **p, kvr_tier *tier)
+{
+    const char *q = *p;
+    if ((unsigned char)*q == 0xa3 && q[1] == 'G' && q[2] == 'P' && q[3] == 'U') {
+        *tier = KVR_TIER_GPU;
+        *p = q + 4;
+        return true;
+    }
+    return take_other_medium(p, tier);
 }
 
 /* n values that must all be nil (the layout's tail when unused) */
