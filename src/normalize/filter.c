@@ -63,7 +63,7 @@ static bool locality_ok(kvr_str loc)
     return !kvr_str_nonempty(loc) || kvr_str_eq_nocase(loc, "local");
 }
 
-kvr_drop_reason kvr_norm_filter_check(kvr_norm_filter *f, const kvr_raw_event *ev)
+kvr_drop_reason kvr_norm_filter_check_all(kvr_norm_filter *f, const kvr_raw_event *ev)
 {
     /* Group first: hybrid models give sliding-window groups other block
      * sizes, and those are non-main-attention, not a misconfiguration. */

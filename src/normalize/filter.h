@@ -27,7 +27,17 @@ void kvr_norm_filter_free(kvr_norm_filter *f);
 /* Forgets the learned group kinds. */
 void kvr_norm_filter_reset(kvr_norm_filter *f);
 /* KVR_DROP_NONE if a store/removal passes; learns group kinds from stores. */
-kvr_drop_reason kvr_norm_filter_check(kvr_norm_filter *f, const kvr_raw_event *ev);
+kvr_drop_reason kvr_norm_filter_check_all(kvr_norm_filter *f, const kvr_raw_event *ev);
+/* The same, with the event most engines send judged inline: no group, kind
+ * nor locality, nothing learned, the registered block size (or none) passes
+ * without the call, whose entry and exit cost more than these tests. */
+static inline kvr_drop_reason kvr_norm_filter_check(kvr_norm_filter *f, const kvr_raw_event *ev)
+{
+    if (!ev->has_group_idx && !ev->kv_cache_spec_kind.len && !ev->locality.len &&
+        !kvr_u64map_len(&f->group_kinds) && (ev->block_size == 0 || ev->block_size == f->block_size))
+        return KVR_DROP_NONE;
+    return kvr_norm_filter_check_all(f, ev);
+}
 /* Rate limit for the block-size warning: true at most once per interval. */
 bool kvr_norm_filter_mismatch_warn_due(kvr_norm_filter *f);
 

@@ -63,6 +63,13 @@ static void test_non_main_attention_kind_dropped(void **state)
     assert_int_equal(out.kind, KVR_NORM_DROP);
     assert_int_equal(out.drop_reason, KVR_DROP_NON_MAIN_ATTENTION);
     assert_int_equal(counters(n).drops[KVR_DROP_NON_MAIN_ATTENTION], 1);
+    /* an event naming no group nor kind is group 0, which that store taught
+     * is not main attention (the filter's inline pass must not take it) */
+    kvr_raw_event plain = store_ev(H, 1, false, 0, tok, 4);
+    kvr_normalize(n, &plain, &out);
+    assert_int_equal(out.kind, KVR_NORM_DROP);
+    assert_int_equal(out.drop_reason, KVR_DROP_NON_MAIN_ATTENTION);
+    assert_int_equal(counters(n).drops[KVR_DROP_NON_MAIN_ATTENTION], 2);
     kvr_normalizer_destroy(n);
 }
 
