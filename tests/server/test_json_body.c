@@ -36,13 +36,15 @@ static json_t *with_vecs_back(kvr_json_body *b)
     return t;
 }
 
-static void same_as_jansson(const char *doc)
+/* doc: n bytes in a heap block of exactly that size (no terminator), so
+ * that the ASan build sees any read past the body's end. */
+static void same_at(const char *doc, size_t n)
 {
     json_error_t e1, e2, e3;
-    json_t *a = json_loadb(doc, strlen(doc), JSON_REJECT_DUPLICATES, &e1);
-    json_t *b = kvr_json_load_body(doc, strlen(doc), JSON_REJECT_DUPLICATES, &e2);
+    json_t *a = json_loadb(doc, n, JSON_REJECT_DUPLICATES, &e1);
+    json_t *b = kvr_json_load_body(doc, n, JSON_REJECT_DUPLICATES, &e2);
     kvr_json_body vb;
-    int rc = kvr_json_body_parse(doc, strlen(doc), JSON_REJECT_DUPLICATES, &vec_opts, &vb, &e3);
+    int rc = kvr_json_body_parse(doc, n, JSON_REJECT_DUPLICATES, &vec_opts, &vb, &e3);
     if (!a) {
         assert_null(b);
         assert_int_equal(rc, -1);
@@ -57,11 +59,20 @@ static void same_as_jansson(const char *doc)
     assert_int_equal(rc, 0);
     json_t *c = with_vecs_back(&vb);
     if (!json_equal(a, b) || !json_equal(a, c))
-        fail_msg("differs for %.200s", doc);
+        fail_msg("differs for %.*s", (int)(n < 200 ? n : 200), doc);
     json_decref(a);
     json_decref(b);
     json_decref(c);
     kvr_json_body_free(&vb);
+}
+
+static void same_as_jansson(const char *text)
+{
+    size_t n = strlen(text);
+    char *doc = malloc(n ? n : 1);
+    memcpy(doc, text, n);
+    same_at(doc, n);
+    free(doc);
 }
 
 static char *int_list(int n, long long base, const char *sep)
@@ -170,6 +181,40 @@ static void test_short_integers_read_as_jansson(void **state)
         json_decref(b);
     }
     free(pos);
+}
+
+/* Runs of token ids are read 16 bytes at a time (json_body.c int_lane):
+ * random arrays of mostly 1-7 digit integers and now and then anything
+ * that ends a run (8+ digits, leading zeros, signs, whitespace, fractions,
+ * empty elements, other bytes), at every alignment and near the end of
+ * the text, read as jansson reads them. */
+static void test_token_runs_read_as_jansson(void **state)
+{
+    (void)state;
+    static const char *const odd[] = {"00", "01", "0", "-3", "-0", "12345678", "123456789",
+                                      " 5", "5 ", "\n7", "1.5", "", "1e2", "+1", "9999999",
+                                      "1000000", "x", "\xc3\xa9", "\"a\"", "[1]"};
+    unsigned seed = 777;
+    char doc[4096];
+    for (int it = 0; it < 3000; it++) {
+        size_t o = 0;
+        seed = seed * 1103515245u + 12345u;
+        o += (size_t)sprintf(doc + o, "{\"%.*s\":[", (int)((seed >> 16) % 16), "aaaaaaaaaaaaaaaa");
+        int n = 20 + (int)((seed >> 8) % 60);
+        for (int i = 0; i < n; i++) {
+            seed = seed * 1103515245u + 12345u;
+            unsigned r = seed >> 8;
+            if (i)
+                doc[o++] = ',';
+            if (it % 2 && r % 37 == 0)
+                o += (size_t)sprintf(doc + o, "%s", odd[(r >> 6) % (sizeof odd / sizeof *odd)]);
+            else
+                o += (size_t)sprintf(doc + o, "%u", (r >> 3) % (1u << (1 + (r % 23))));
+        }
+        o += (size_t)sprintf(doc + o, "%s", it % 5 == 0 ? "]" : "]}");
+        doc[o] = 0;
+        same_as_jansson(doc);
+    }
 }
 
 /* Random mutations of a valid body: truncations and byte flips. */
@@ -556,6 +601,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_long_arrays_equal),
         cmocka_unit_test(test_short_integers_read_as_jansson),
+        cmocka_unit_test(test_token_runs_read_as_jansson),
         cmocka_unit_test(test_mutations_equal),
         cmocka_unit_test(test_vec_keys_only_top_level),
         cmocka_unit_test(test_u32_view_same_either_way),
