@@ -45,6 +45,16 @@ uint64_t kvr_hash_tokens(const uint32_t *tokens, size_t n, uint64_t seed)
 }
 #endif
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+uint64_t kvr_hash_chain(uint64_t parent_chain, uint64_t local)
+{
+    /* The two values already are the little-endian bytes SPEC §4 hashes:
+     * written byte by byte they cost three times the hash (16 shifts and
+     * stores a block, 125 blocks a 2,000-token /route). */
+    const uint64_t buf[2] = {parent_chain, local};
+    return XXH3_64bits_withSeed(buf, sizeof buf, KVR_HASH_SEED);
+}
+#else
 uint64_t kvr_hash_chain(uint64_t parent_chain, uint64_t local)
 {
     uint8_t buf[16];
@@ -54,6 +64,7 @@ uint64_t kvr_hash_chain(uint64_t parent_chain, uint64_t local)
     }
     return XXH3_64bits_withSeed(buf, sizeof buf, KVR_HASH_SEED);
 }
+#endif
 
 size_t kvr_hash_block_count(size_t n_tokens, uint32_t block_size, bool eagle)
 {
