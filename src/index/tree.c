@@ -135,6 +135,9 @@ static void dispose_now(kvr_index *idx, void *old)
 
 int kvr_tree_fit(kvr_index *idx, uint32_t blocks, uint32_t runs)
 {
+    if (kvr_keytab_fits(&idx->engine, (uint64_t)idx->engine.len + blocks) &&
+        kvr_idtab_fits(&idx->child, (uint64_t)idx->child.len + runs))
+        return 0;
     fit_plan p = {
         .ecap = kvr_keytab_fit_cap(&idx->engine, (uint64_t)idx->engine.len + blocks),
         .ccap = kvr_idtab_fit_cap(&idx->child, (uint64_t)idx->child.len + runs),

@@ -65,6 +65,8 @@ void kvr_tree_exc_del(kvr_index *idx, uint32_t owner, uint32_t b)
     kvr_idtab_reserve(x, 0); /* shrinks a sparse table; on OOM it stays */
 }
 
+_Static_assert(KVR_CHUNK % 64 == 0, "a word of the id bitmap lies in one block chunk");
+
 uint32_t *kvr_tree_engine_rebuild(const kvr_index *idx, uint32_t cap)
 {
     const kvr_ids *ids = &idx->block_ids;
@@ -80,9 +82,10 @@ uint32_t *kvr_tree_engine_rebuild(const kvr_index *idx, uint32_t cap)
         uint64_t used = ids->bits[w] & (w ? ~0ULL : ~1ULL);
         if ((uint64_t)w * 64 + 64 > ids->top && ids->top % 64) /* padding above cap is set */
             used &= (1ULL << (ids->top % 64)) - 1;
+        const uint64_t *engine = used ? kvr_bchunk(idx, w * 64)->engine : NULL; /* 64 | chunk */
         for (; used; used &= used - 1) {
             uint32_t b = w * 64 + (uint32_t)__builtin_ctzll(used);
-            kvr_keytab_place(s, cap, b, kvr_tree_engine_fp_of(idx, b));
+            kvr_keytab_place(s, cap, b, kvr_engine_fp(engine[b & KVR_CHUNK_MASK]));
         }
     }
     return s;

@@ -57,6 +57,11 @@ static inline bool kvr_keytab_overfull(uint64_t len, uint32_t cap)
 {
     return len * 5 > (uint64_t)cap * 2;
 }
+/* Whether kvr_keytab_fit_cap(t, len) is t's capacity (kvr_idtab_fits). */
+static inline bool kvr_keytab_fits(const kvr_keytab *t, uint64_t len)
+{
+    return len ? !kvr_keytab_overfull(len, t->cap) && !kvr_idtab_sparse(len, t->cap / 2) : !t->cap;
+}
 /* A zeroed array of cap slots (cap > 0); NULL on OOM. */
 uint32_t *kvr_keytab_alloc(uint32_t cap);
 /* Puts id (fingerprint fp) into an array of cap slots being filled. */

@@ -22,7 +22,7 @@ void kvr_idtab_free(kvr_idtab *t)
 size_t kvr_idtab_bytes(const kvr_idtab *t) { return (size_t)t->cap * sizeof(uint64_t); }
 
 static bool overfull(uint64_t len, uint32_t cap) { return kvr_idtab_overfull(len, cap); }
-static bool sparse(uint64_t len, uint32_t cap) { return cap > MIN_CAP && len * 8 < cap; }
+static bool sparse(uint64_t len, uint32_t cap) { return kvr_idtab_sparse(len, cap); }
 
 static uint32_t fit_cap(uint64_t cap, uint64_t len)
 {

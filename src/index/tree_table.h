@@ -82,6 +82,14 @@ static inline bool kvr_idtab_overfull(uint64_t len, uint32_t cap)
 {
     return len * 5 > (uint64_t)cap * 4;
 }
+/* Below 1/8 load a table halves (down to 8 slots). */
+static inline bool kvr_idtab_sparse(uint64_t len, uint32_t cap) { return cap > 8 && len * 8 < cap; }
+/* Whether kvr_idtab_fit_cap(t, len) is t's capacity: the test every event
+ * makes before it changes anything, inline as it nearly always holds. */
+static inline bool kvr_idtab_fits(const kvr_idtab *t, uint64_t len)
+{
+    return len ? !kvr_idtab_overfull(len, t->cap) && !kvr_idtab_sparse(len, t->cap) : !t->cap;
+}
 /* Makes room for n more slots (growing in place when they would overfill
  * it). -1 on OOM. */
 static inline int kvr_idtab_room(kvr_idtab *t, uint32_t n)

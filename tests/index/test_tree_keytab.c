@@ -152,7 +152,7 @@ static void test_random_streams_match_the_model(void **state)
 
 /* The sizes: the same bytes as a fingerprint table for the same entries
  * (twice its slots), at most 2/5 full after a resize, halved back when
- * sparse; 0 slots for none. */
+ * sparse; 0 slots for none; the inline "no resize" tests agree. */
 static void test_sizes_follow_the_fingerprint_table(void **state)
 {
     (void)state;
@@ -162,6 +162,9 @@ static void test_sizes_follow_the_fingerprint_table(void **state)
     kvr_idtab_init(&f);
     for (uint64_t len = 0; len < 5000; len += 7) {
         uint32_t kc = kvr_keytab_fit_cap(&k, len), fc = kvr_idtab_fit_cap(&f, len);
+        /* the inline test of "no resize" agrees with the sizing */
+        assert_int_equal(kvr_keytab_fits(&k, len), kc == k.cap);
+        assert_int_equal(kvr_idtab_fits(&f, len), fc == f.cap);
         assert_int_equal(kc, 2 * fc);
         assert_int_equal((size_t)kc * sizeof(uint32_t), (size_t)fc * sizeof(uint64_t));
         k.cap = kc;
@@ -169,6 +172,7 @@ static void test_sizes_follow_the_fingerprint_table(void **state)
     }
     for (uint64_t len = 5000; len > 7; len -= 7) {
         uint32_t kc = kvr_keytab_fit_cap(&k, len);
+        assert_int_equal(kvr_keytab_fits(&k, len), kc == k.cap);
         assert_true(len * 5 <= (uint64_t)kc * 2 && (len * 16 >= kc || kc <= 16));
         k.cap = kc;
     }
