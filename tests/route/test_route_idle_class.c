@@ -7,7 +7,9 @@
  * worker has been booked (recent work everywhere: the class's members are
  * told apart by it). And the class follows the router's state slots:
  * queued prefill or decodes take a worker out and their release brings it
- * back; the representative is the member with the least recent work. */
+ * back; the representative is the member with the least recent work.
+ * And the fleet may change between requests (joins, leaves, registered
+ * rates and capacities, events): test_class_follows_fleet_changes. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -27,6 +29,8 @@ typedef struct {
 
 typedef struct {
     side a, b; /* a routes without debug (the class), b with it (every candidate) */
+    kvr_worker *w[2][128]; /* each side's handle of worker id (test_class_follows_fleet_changes) */
+    bool gone[128];        /* unregistered */
     double now;
     uint64_t rng;
     uint32_t tokens[FAMILIES + 1][FAMILY_TOKENS];
@@ -73,7 +77,8 @@ static void done(fx *f)
     free(f);
 }
 
-static kvr_worker *register_worker(side *s, uint64_t id, double prefill_tps)
+/* A worker's settings here: events on, a registered rate and capacity. */
+static kvr_worker_settings settings_of(uint64_t id, double prefill_tps, uint64_t capacity)
 {
     kvr_worker_settings ws = {0};
     ws.kv_events = KVR_KV_EVENTS_ON;
@@ -82,6 +87,13 @@ static kvr_worker *register_worker(side *s, uint64_t id, double prefill_tps)
     ws.block_size = BS;
     ws.accepts_mm_hashes = -1;
     ws.prefill_tps = prefill_tps;
+    ws.max_total_num_tokens = capacity;
+    return ws;
+}
+
+static kvr_worker *register_worker(side *s, uint64_t id, double prefill_tps)
+{
+    kvr_worker_settings ws = settings_of(id, prefill_tps, 0);
     kvr_worker *w = NULL;
     assert_int_equal(kvr_indexer_register(s->ix, &ws, &w), KVR_REG_CREATED);
     return w;
@@ -102,6 +114,8 @@ static void random_worker(fx *f, uint64_t id)
     side *sides[] = {&f->a, &f->b};
     for (int s = 0; s < 2; s++) {
         kvr_worker *w = register_worker(sides[s], id, tps);
+        if (id < 128)
+            f->w[s][id] = w;
         for (uint32_t k = 0; k < ranks; k++) {
             uint64_t t[FAMILY_TOKENS];
             rt_widen(f->tokens[fam[k]], t, blocks[k] * BS);
@@ -171,19 +185,46 @@ static void book_everyone(fx *f, uint32_t workers)
     }
 }
 
+/* One of the live bookings finishes its prefill on both sides; it took a
+ * while (a rate sample when it was long). */
+static void prefill_one(fx *f, char (*live)[16], size_t n_live)
+{
+    f->now += 0.02 + below(f, 1000) / 1000.0;
+    const char *id = live[below(f, (uint32_t)n_live)];
+    kvr_route_status sa = kvr_router_prefill_done(f->a.r, id);
+    assert_int_equal(sa, kvr_router_prefill_done(f->b.r, id));
+}
+
+/* One of the live bookings is freed on both sides. */
+static void release_one(fx *f, char (*live)[16], size_t *n_live)
+{
+    size_t k = below(f, (uint32_t)*n_live);
+    kvr_route_status sa = kvr_router_release(f->a.r, live[k]);
+    assert_int_equal(sa, kvr_router_release(f->b.r, live[k]));
+    memcpy(live[k], live[--*n_live], sizeof live[k]);
+}
+
+/* A fleet of 2 to max + 1 random workers on both sides; with an even seed
+ * every worker booked before (the class then tells its members apart by
+ * recent work alone). */
+static fx *random_fleet(uint64_t seed, uint32_t max, uint32_t *workers)
+{
+    fx *f = make(seed);
+    *workers = 2 + below(f, max);
+    for (uint32_t w = 1; w <= *workers; w++)
+        random_worker(f, w);
+    if (seed % 2 == 0)
+        book_everyone(f, *workers);
+    return f;
+}
+
 static void test_class_picks_as_every_candidate(void **state)
 {
     (void)state;
     tally t = {0};
     for (uint64_t trial = 1; trial <= 80; trial++) {
-        fx *f = make(trial);
-        uint32_t workers = 2 + below(f, 90);
-        for (uint32_t w = 1; w <= workers; w++)
-            random_worker(f, w);
-        /* half the fleets: every worker booked before (the class then
-         * tells its members apart by recent work alone) */
-        if (trial % 2 == 0)
-            book_everyone(f, workers);
+        uint32_t workers;
+        fx *f = random_fleet(trial, 90, &workers);
         char live[64][16];
         size_t n_live = 0;
         for (int step = 0; step < 120; step++) {
@@ -194,16 +235,9 @@ static void test_class_picks_as_every_candidate(void **state)
                 snprintf(live[n_live], sizeof live[n_live], "t%d", step);
                 route_both(f, live[n_live++], below(f, 4) ? 0 : 1 + below(f, workers), &t);
             } else if (op < 8 && n_live) {
-                /* the prefill took a while: a rate sample when it was long */
-                f->now += 0.02 + below(f, 1000) / 1000.0;
-                const char *id = live[below(f, (uint32_t)n_live)];
-                kvr_route_status sa = kvr_router_prefill_done(f->a.r, id);
-                assert_int_equal(sa, kvr_router_prefill_done(f->b.r, id));
+                prefill_one(f, live, n_live);
             } else if (op < 9 && n_live) {
-                size_t k = below(f, (uint32_t)n_live);
-                kvr_route_status sa = kvr_router_release(f->a.r, live[k]);
-                assert_int_equal(sa, kvr_router_release(f->b.r, live[k]));
-                memcpy(live[k], live[--n_live], sizeof live[k]);
+                release_one(f, live, &n_live);
             } else {
                 f->now += below(f, 4000) / 1000.0; /* queues drain, bookings expire */
             }
@@ -220,6 +254,88 @@ static void test_class_picks_as_every_candidate(void **state)
     assert_true(t.idle_picks > t.decisions / 10);
     assert_true(t.worked_idle_picks > t.decisions / 10);
     assert_true(distinct > 60);
+}
+
+/* A registered worker id in 1..workers, or 0 when none is left. */
+static uint64_t alive(fx *f, uint32_t workers)
+{
+    for (int tries = 0; tries < 64; tries++) {
+        uint64_t id = 1 + below(f, workers);
+        if (!f->gone[id])
+            return id;
+    }
+    return 0;
+}
+
+/* The class changes between requests as the fleet does: besides bookings,
+ * prefills done, releases and time, workers join and leave, registered
+ * prefill rates and KV capacities change (the caps snapshot's generation
+ * moves) and events add cached prefixes; every request still decides as
+ * the loop over every candidate does. A class kept up to date by the
+ * router (not rebuilt per request) must pass this with each update site. */
+static void test_class_follows_fleet_changes(void **state)
+{
+    (void)state;
+    static const double rates[] = {0, 0, 8000, 12000};
+    tally t = {0};
+    size_t joins = 0, leaves = 0, changes = 0, stores = 0;
+    for (uint64_t trial = 1; trial <= 40; trial++) {
+        uint32_t workers;
+        fx *f = random_fleet(1000 + trial, 40, &workers);
+        char live[64][16];
+        size_t n_live = 0;
+        uint32_t left = 0;
+        for (int step = 0; step < 150; step++) {
+            uint32_t op = below(f, 14);
+            uint64_t id = alive(f, workers);
+            if (op < 3 || !id) {
+                route_both(f, NULL, 0, &t);
+            } else if (op < 5 && n_live < 64) {
+                snprintf(live[n_live], sizeof live[n_live], "f%d", step);
+                route_both(f, live[n_live++], below(f, 3) ? 0 : id, &t);
+            } else if (op < 6 && n_live) {
+                prefill_one(f, live, n_live);
+            } else if (op < 7 && n_live) {
+                release_one(f, live, &n_live);
+            } else if (op < 8 && workers < 127) {
+                random_worker(f, ++workers); /* joins */
+                joins++;
+            } else if (op < 9) {
+                /* its registered rate and capacity change (state kept) */
+                double tps = rates[below(f, 4)];
+                kvr_worker_settings ws =
+                    settings_of(id, tps, below(f, 2) ? 0 : 4096 + below(f, 8) * 4096);
+                kvr_worker *wa = NULL, *wb = NULL;
+                kvr_reg_result sa = kvr_indexer_register(f->a.ix, &ws, &wa);
+                assert_int_equal(sa, kvr_indexer_register(f->b.ix, &ws, &wb));
+                assert_true(sa == KVR_REG_UPDATED || sa == KVR_REG_UNCHANGED);
+                changes++;
+            } else if (op < 10) {
+                /* its engine reports a prefix of a family cached */
+                uint32_t fam = below(f, FAMILIES);
+                uint32_t blocks = 1 + below(f, FAMILY_TOKENS / BS);
+                uint64_t tk[FAMILY_TOKENS];
+                rt_widen(f->tokens[fam], tk, blocks * BS);
+                for (int sd = 0; sd < 2; sd++)
+                    rt_store(sd ? f->b.ix : f->a.ix, f->w[sd][id], 0, BS, tk, blocks * BS, false,
+                             id * 1000000 + 200000 + (uint64_t)step * 1000);
+                stores++;
+            } else if (op < 11 && workers - left > 2) {
+                kvr_indexer_unregister(f->a.ix, f->w[0][id]); /* leaves */
+                kvr_indexer_unregister(f->b.ix, f->w[1][id]);
+                f->gone[id] = true;
+                left++;
+                leaves++;
+            } else {
+                f->now += below(f, 4000) / 1000.0;
+            }
+        }
+        done(f);
+    }
+    assert_true(t.decisions > 2000);
+    assert_true(t.balanced > t.decisions / 10);
+    assert_true(t.idle_picks > t.decisions / 20);
+    assert_true(joins > 100 && leaves > 100 && changes > 100 && stores > 100);
 }
 
 /* The idle class of a request of n tokens, as kvr_route builds it from the
@@ -334,6 +450,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_class_picks_as_every_candidate),
         cmocka_unit_test(test_class_follows_slot_changes),
+        cmocka_unit_test(test_class_follows_fleet_changes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
