@@ -16,6 +16,10 @@ trace, and classifies every request where one policy reused more:
 The replay is the simulator's rule (src/mock/prefix_cache.c: LRU of leaves, a
 hit refreshes its path; HiCache: GPU leaves evicted move to a host LRU) and
 checks itself: its reused tokens must equal the simulator's on every request.
+A development cross-check, not part of kvrouter: the replay is a second copy
+of the simulator's cache rule, kept only because --requests-out records no
+cache state; a change to src/mock's caches must be made here too, or the
+check makes this script exit.
 --sglang also replays each policy's placements under SGLang's radix cache rule
 (a running request's blocks locked until it finishes, its path touched again
 then; finish estimated as arrival + 1.5 s + output / 50 tokens/s), GPU only.
