@@ -24,7 +24,8 @@ static inline bool take_nil(const char **p)
 /* n non-negative integers at *p into dst and, when dst32 is not NULL, as
  * u32 into dst32 too, with the largest in *top (wide when it is not below
  * KVR_WIDE_SENTINEL: a running maximum is a compare and a move an id, where
- * a flag cost a compare, a set and an or). False for any other item. */
+ * a flag cost a compare, a set and an or; 0 without dst32, where no view
+ * is kept). False for any other item. */
 static inline __attribute__((always_inline)) bool
 take_ids(const char **p, uint64_t *dst, uint32_t *dst32, uint32_t n, uint64_t *top)
 {
