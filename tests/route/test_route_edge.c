@@ -1,7 +1,7 @@
 /* The LRU edge (route/edge.c, router option lru_edge): with each worker's
- * KV capacity registered (max_total_num_tokens), the router counts the
- * tokens each worker took in since each prompt routed there, and the
- * rules charge a placement the prompts its new tokens would push past the
+ * KV capacity registered (max_total_num_tokens), the router counts each
+ * prompt routed to a worker's depth in its LRU (the tokens taken in and hit
+ * again there since), and the rules charge a placement the prompts its new tokens would push past the
  * edge. Worked out by hand on a fake clock: every prompt is its own
  * (distinct first token), the rate is the default 10000 tokens/s. */
 #include <math.h>
@@ -199,6 +199,42 @@ static void test_a_hit_ages_the_prompts_it_moves_ahead_of(void **state)
     free(f);
 }
 
+/* A hit moves blocks ahead of the newer prompts only: prompt 0 (300
+ * tokens) and then prompt 1 (600) on worker 1, then prompt 1's next turn
+ * (1000 tokens, 600 cached) there. Prompt 1's 600 were ahead of prompt 0
+ * already, so prompt 0 is 1000 deep (prompt 1 and the 400 new tokens), not
+ * 1600 (had the move been counted for it as for a newer prompt). */
+static void test_a_hit_leaves_older_prompts_their_depth(void **state)
+{
+    (void)state;
+    fx *f = make(KVR_EDGE_COST);
+    kvr_worker *w = kvr_indexer_find(f->ix, RT_MODEL, NULL, 1);
+    uint64_t t0[300], t1[600];
+    for (size_t i = 0; i < 600; i++) {
+        t1[i] = 10000 + i;
+        if (i < 300)
+            t0[i] = 60000 + i;
+    }
+    kvr_route_decision d = route(f, "p0", 6, 300, 1);
+    kvr_route_decision_free(&d);
+    d = route(f, "p1", 1, 600, 1);
+    kvr_route_decision_free(&d);
+    rt_store(f->ix, w, 0, BS, t0, 300, false, 4000);
+    rt_store(f->ix, w, 0, BS, t1, 600, false, 5000);
+    d = route(f, "p1b", 1, 1000, 1);
+    assert_int_equal(rt_cost_of(&d, 1)->gpu_blocks, 150);
+    assert_true(rt_cost_of(&d, 1)->prefix_age_tokens == 0); /* nothing since */
+    kvr_route_decision_free(&d);
+    d = route(f, "p0b", 6, 700, 1);
+    assert_int_equal(rt_cost_of(&d, 1)->gpu_blocks, 75);
+    if (rt_cost_of(&d, 1)->prefix_age_tokens != 1000)
+        fail_msg("prompt 0 is %g deep in worker 1's LRU, want 1000",
+                 rt_cost_of(&d, 1)->prefix_age_tokens);
+    kvr_route_decision_free(&d);
+    rt_close(f->ix, f->r);
+    free(f);
+}
+
 /* A worker whose cache never ages a prompt out (a capacity far above what
  * it takes in) keeps the newest KVR_ROUTE_EDGE_MAX prompts: each one past
  * that is dropped, counted as aged out and, apart, as dropped at the
@@ -288,6 +324,7 @@ int main(void)
         cmocka_unit_test(test_placement_spares_the_prompt_at_the_edge),
         cmocka_unit_test(test_age_of_the_prompt_a_request_comes_back_to),
         cmocka_unit_test(test_a_hit_ages_the_prompts_it_moves_ahead_of),
+        cmocka_unit_test(test_a_hit_leaves_older_prompts_their_depth),
         cmocka_unit_test(test_turned_off_the_edges_go),
         cmocka_unit_test(test_edge_keeps_at_most_its_limit),
         cmocka_unit_test(test_names),
