@@ -60,6 +60,16 @@ static kvr_route_decision route(fx *f, const char *id, uint32_t first, size_t n,
     return d;
 }
 
+/* Worker w's cache holds the first n tokens of prompt `first` (its events
+ * say so: engine block hashes from base). */
+static void hold(fx *f, kvr_worker *w, uint32_t first, uint32_t n, uint64_t base)
+{
+    uint64_t t[MAXN];
+    for (uint32_t i = 0; i < n; i++)
+        t[i] = (uint64_t)first * 10000 + i;
+    rt_store(f->ix, w, 0, BS, t, n, false, base);
+}
+
 /* Worker 1 took in prompt 1 (600 tokens), then prompt 2 (1000): prompt 1
  * is 1000 tokens old, in a 2000-token cache. Worker 2 took in prompt 3
  * (1700 tokens): more recent work, and its prompt is new. A cold request
@@ -170,20 +180,15 @@ static void test_a_hit_ages_the_prompts_it_moves_ahead_of(void **state)
     (void)state;
     fx *f = make(KVR_EDGE_COST);
     kvr_worker *w = kvr_indexer_find(f->ix, RT_MODEL, NULL, 1);
-    uint64_t t1[600], t2[600];
-    for (size_t i = 0; i < 600; i++) {
-        t1[i] = 10000 + i;
-        t2[i] = 20000 + i;
-    }
     kvr_route_decision d = route(f, "p1", 1, 600, 1);
     kvr_route_decision_free(&d);
     d = route(f, "p2", 2, 600, 1);
     kvr_route_decision_free(&d);
-    rt_store(f->ix, w, 0, BS, t1, 600, false, 5000);
+    hold(f, w, 1, 600, 5000);
     d = route(f, "p1b", 1, 1000, 1);
     assert_int_equal(rt_cost_of(&d, 1)->gpu_blocks, 150);
     kvr_route_decision_free(&d);
-    rt_store(f->ix, w, 0, BS, t2, 600, false, 6000);
+    hold(f, w, 2, 600, 6000);
     d = route(f, "cold", 4, 1000, 0);
     assert_int_equal(d.worker_id, 2);
     if (rt_cost_of(&d, 1)->edge_loss_tokens != 600)
@@ -209,18 +214,12 @@ static void test_a_hit_leaves_older_prompts_their_depth(void **state)
     (void)state;
     fx *f = make(KVR_EDGE_COST);
     kvr_worker *w = kvr_indexer_find(f->ix, RT_MODEL, NULL, 1);
-    uint64_t t0[300], t1[600];
-    for (size_t i = 0; i < 600; i++) {
-        t1[i] = 10000 + i;
-        if (i < 300)
-            t0[i] = 60000 + i;
-    }
     kvr_route_decision d = route(f, "p0", 6, 300, 1);
     kvr_route_decision_free(&d);
     d = route(f, "p1", 1, 600, 1);
     kvr_route_decision_free(&d);
-    rt_store(f->ix, w, 0, BS, t0, 300, false, 4000);
-    rt_store(f->ix, w, 0, BS, t1, 600, false, 5000);
+    hold(f, w, 6, 300, 4000);
+    hold(f, w, 1, 600, 5000);
     d = route(f, "p1b", 1, 1000, 1);
     assert_int_equal(rt_cost_of(&d, 1)->gpu_blocks, 150);
     assert_true(rt_cost_of(&d, 1)->prefix_age_tokens == 0); /* nothing since */
