@@ -185,33 +185,44 @@ static void test_short_integers_read_as_jansson(void **state)
 
 /* Runs of token ids are read 16 bytes at a time (json_body.c int_lane):
  * random arrays of mostly 1-7 digit integers and now and then anything
- * that ends a run (8+ digits, leading zeros, signs, whitespace, fractions,
- * empty elements, other bytes), at every alignment and near the end of
- * the text, read as jansson reads them. */
+ * that ends a run (8+ digits, leading zeros, signs, whitespace of each
+ * kind, fractions, exponents, empty elements, other bytes, the integers
+ * around 2^63 and 2^64), at every alignment, with breaks from every few
+ * elements (runs shorter than a lane) to every few dozen, and bodies cut
+ * short anywhere in the array, read as jansson reads them. */
 static void test_token_runs_read_as_jansson(void **state)
 {
     (void)state;
-    static const char *const odd[] = {"00", "01", "0", "-3", "-0", "12345678", "123456789",
-                                      " 5", "5 ", "\n7", "1.5", "", "1e2", "+1", "9999999",
-                                      "1000000", "x", "\xc3\xa9", "\"a\"", "[1]"};
+    static const char *const odd[] = {
+        "00", "01", "0", "-3", "-0", "12345678", "123456789", " 5", "5 ", "\n7", "1.5", "",
+        "1e2", "+1", "9999999", "1000000", "x", "\xc3\xa9", "\"a\"", "[1]", "\t3", "3\r", "-01",
+        "1.", ".5", "-", "1E2", "1E+2", "1e-2", "0e0", "9223372036854775807",
+        "9223372036854775808", "-9223372036854775808", "-9223372036854775809",
+        "18446744073709551615", "18446744073709551616", "99999999999999999999",
+        "00000000000000000001"};
     unsigned seed = 777;
     char doc[4096];
-    for (int it = 0; it < 3000; it++) {
+    for (int it = 0; it < 4000; it++) {
         size_t o = 0;
         seed = seed * 1103515245u + 12345u;
         o += (size_t)sprintf(doc + o, "{\"%.*s\":[", (int)((seed >> 16) % 16), "aaaaaaaaaaaaaaaa");
         int n = 20 + (int)((seed >> 8) % 60);
+        unsigned every = 2 + (unsigned)(it % 40); /* one element in `every` ends a run */
         for (int i = 0; i < n; i++) {
             seed = seed * 1103515245u + 12345u;
             unsigned r = seed >> 8;
             if (i)
                 doc[o++] = ',';
-            if (it % 2 && r % 37 == 0)
+            if (it % 2 && r % every == 0)
                 o += (size_t)sprintf(doc + o, "%s", odd[(r >> 6) % (sizeof odd / sizeof *odd)]);
             else
                 o += (size_t)sprintf(doc + o, "%u", (r >> 3) % (1u << (1 + (r % 23))));
         }
         o += (size_t)sprintf(doc + o, "%s", it % 5 == 0 ? "]" : "]}");
+        if (it % 7 == 3) {
+            seed = seed * 1103515245u + 12345u;
+            o = 1 + (seed >> 8) % o; /* cut short, likely inside a run */
+        }
         doc[o] = 0;
         same_as_jansson(doc);
     }
