@@ -10,7 +10,7 @@ BUILD=${1:?build dir}; SECS=${2:-10}; CONN=${3:-4}; ROUNDS=${4:-2}
 HERE=$(cd "$(dirname "$0")" && pwd)
 DIR=$(mktemp -d)
 # ports from the pid: A (route_bench) on PORT, its dump peer PORT + 1, B PORT + 2, NATS PORT + 3
-export PORT=$((22000 + $$ % 10000)) # below the ephemeral ports, as http_fixture.sh
+export PORT=$((22000 + $$ % 10000)) # below the ephemeral ports (http_fixture.sh takes PORT, PORT + 1)
 BPORT=$((PORT + 2)); NPORT=$((PORT + 3))
 nats-server -js -a 127.0.0.1 -p $NPORT -sd "$DIR/js" >"$DIR/nats.log" 2>&1 &
 NATS=$!

@@ -7,7 +7,8 @@ bound here, so no other process on a shared machine publishes into the
 benchmark. Writes the serve config DIR/config.json once the ports are
 bound: workers 1..N of model "m", block size 16, with kv_events "on" (their
 caches are the dump's; "auto" would score a worker that never published as
-approximate, from what was routed to it).
+approximate, from what was routed to it). PORT 0: a free port, written to
+DIR/peer_port once bound.
 
 usage: fixture_peer.py DIR PORT N
 """
@@ -56,7 +57,12 @@ def main():
         def log_message(self, *args):
             pass
     handler = functools.partial(Quiet, directory=d)
-    http.server.ThreadingHTTPServer(("127.0.0.1", port), handler).serve_forever()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    tmp = os.path.join(d, "peer_port.tmp")
+    with open(tmp, "w") as f:
+        f.write("%d\n" % server.server_address[1])
+    os.rename(tmp, os.path.join(d, "peer_port"))
+    server.serve_forever()
 
 
 if __name__ == "__main__":
