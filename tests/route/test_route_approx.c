@@ -238,6 +238,55 @@ static void test_declared_ranks_are_candidates(void **state)
     done(f);
 }
 
+/* One query scores every approximate candidate under one hold of the
+ * index's lock (route_approx_held's batch): each entry gets its own
+ * worker's prefix, chain (worker 5 is Eagle: its own profile) and
+ * grace (worker 4 is auto: 0 for 10 s after its first request, then its
+ * blocks), beside a worker with events. */
+static void test_batch_scores_each_candidate(void **state)
+{
+    (void)state;
+    fx *f = make(0);
+    reg(f, 1, KVR_KV_EVENTS_ON);
+    reg(f, 2, KVR_KV_EVENTS_OFF);
+    reg(f, 3, KVR_KV_EVENTS_OFF);
+    reg(f, 4, KVR_KV_EVENTS_AUTO);
+    rt_kv_events = KVR_KV_EVENTS_OFF;
+    rt_register(f->ix, 5, BS, KVR_MM_LEGACY, -1, true, NULL);
+    rt_kv_events = KVR_KV_EVENTS_ON;
+    static const struct {
+        const char *id;
+        uint64_t worker;
+        bool b;
+    } routed[] = {{"a2", 2, false}, {"b3", 3, true}, {"a4", 4, false}, {"b5", 5, true}};
+    for (size_t i = 0; i < sizeof routed / sizeof *routed; i++) {
+        kvr_route_decision d = route(f, routed[i].b ? f->b : f->a, routed[i].id, routed[i].worker);
+        assert_true(d.worker_id == routed[i].worker);
+        kvr_route_decision_free(&d);
+    }
+    f->now += 1;
+    kvr_query_result q;
+    query_entry(f, f->a, 1, &q);
+    assert_false(rt_entry(&q, 1, 0)->approximate);
+    assert_int_equal(rt_entry(&q, 1, 0)->gpu_blocks, 0);
+    static const struct {
+        uint64_t worker;
+        uint32_t blocks;
+    } want[] = {{2, 16}, {3, 8}, {4, 0}, {5, 7}}; /* 5: windows of B + 1 tokens, 7 in b's shared 32 */
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        const kvr_query_entry *e = rt_entry(&q, want[i].worker, 0);
+        assert_true(e->approximate);
+        assert_int_equal(e->gpu_blocks, want[i].blocks);
+        assert_int_equal(e->disk_blocks, want[i].blocks);
+    }
+    kvr_query_result_free(&q);
+    f->now += 10; /* worker 4 is past its grace */
+    assert_int_equal(overlap(f, f->a, 4, NULL), 16);
+    assert_int_equal(overlap(f, f->a, 3, NULL), 8);
+    assert_int_equal(overlap(f, f->b, 5, NULL), 15); /* b whole: 15 windows of 64 tokens */
+    done(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -246,6 +295,7 @@ int main(void)
         cmocka_unit_test(test_bounded_oldest_first),
         cmocka_unit_test(test_auto_switches_to_events),
         cmocka_unit_test(test_declared_ranks_are_candidates),
+        cmocka_unit_test(test_batch_scores_each_candidate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
