@@ -67,14 +67,23 @@ static void hugepage_hint(void *p, size_t bytes)
         madvise((void *)a, b - a, MADV_HUGEPAGE);
 }
 
+/* A zeroed array of cap slots of `width` bytes (both table shapes); NULL
+ * on OOM. */
+static void *slots_alloc(uint32_t cap, size_t width)
+{
+    void *s = calloc(cap, width);
+    if (s)
+        hugepage_hint(s, (size_t)cap * width);
+    return s;
+}
+
 uint64_t *kvr_idtab_rehash(const kvr_idtab *t, uint32_t cap)
 {
     if (cap == 0)
         return NULL;
-    uint64_t *s = calloc(cap, sizeof *s);
+    uint64_t *s = slots_alloc(cap, sizeof *s);
     if (!s)
         return NULL;
-    hugepage_hint(s, (size_t)cap * sizeof *s);
     for (uint32_t i = 0; i < t->cap; i++)
         if (t->slot[i])
             place(s, cap, t->slot[i]);
@@ -143,13 +152,7 @@ uint32_t kvr_keytab_fit_cap(const kvr_keytab *t, uint64_t len)
     return half * 2;
 }
 
-uint32_t *kvr_keytab_alloc(uint32_t cap)
-{
-    uint32_t *s = calloc(cap, sizeof *s);
-    if (s)
-        hugepage_hint(s, (size_t)cap * sizeof *s);
-    return s;
-}
+uint32_t *kvr_keytab_alloc(uint32_t cap) { return slots_alloc(cap, sizeof(uint32_t)); }
 
 uint32_t *kvr_keytab_install(kvr_keytab *t, uint32_t *slots, uint32_t cap)
 {
