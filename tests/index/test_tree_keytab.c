@@ -5,12 +5,14 @@
  * come from a small set so many ids share one and long clusters form, and
  * the fingerprints include values whose home is the last slot, so clusters
  * wrap around the array's end. The index (test_tree_model) then checks the
- * engine table in use. */
+ * engine table in use; the last test here reads the index's layout to
+ * check its rebuild (tree_handles.c) on both of its paths. */
 #include "test_support.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "index/tree_internal.h"
 #include "index/tree_keytab.h"
 #include "util/u64map.h"
 
@@ -215,12 +217,92 @@ static void test_delete_shifts_back_across_the_end(void **state)
     assert_int_equal(kvr_keytab_bytes(&t), 0);
 }
 
+/* A chain of n blocks for owner o from the root: engine hashes eng+1..,
+ * local hashes loc+1.. */
+static void store_chain(kvr_index *idx, kvr_owner o, uint64_t eng, uint64_t loc, size_t n)
+{
+    uint64_t e[200], l[200];
+    for (size_t i = 0; i < n; i++) {
+        e[i] = eng + 1 + i;
+        l[i] = loc + 1 + i;
+    }
+    assert_int_equal(kvr_index_store(idx, o, KVR_TIER_GPU, false, 0, e, l, n), KVR_DROP_NONE);
+}
+
+/* An array from kvr_tree_engine_rebuild holds exactly the blocks the
+ * index's engine table holds, each once and found from its home, except
+ * `missing` (KVR_NIL for none). */
+static void check_rebuilt(const kvr_index *idx, const uint32_t *s, uint32_t cap, uint32_t missing)
+{
+    uint32_t occupied = 0;
+    for (uint32_t i = 0; i < cap; i++)
+        if (s[i]) {
+            assert_true(kvr_ids_used(&idx->block_ids, s[i]));
+            assert_int_not_equal(s[i], missing);
+            occupied++;
+        }
+    assert_int_equal(occupied, idx->engine.len);
+    for (uint32_t b = 1; b < idx->block_ids.top; b++) {
+        if (!kvr_ids_used(&idx->block_ids, b) || b == missing)
+            continue;
+        uint32_t found = 0;
+        for (uint32_t i = kvr_fastrange(kvr_tree_engine_fp_of(idx, b), cap); s[i];
+             i = kvr_probe_next(i, cap))
+            found += s[i] == b;
+        assert_int_equal(found, 1);
+    }
+}
+
+/* The rebuild walks the live blocks when every block but the root is in
+ * the engine table once (holes in the ids, several bitmap words, a last
+ * word part used, creator hashes shared by two blocks), and copies the
+ * table when one is not: the walk would then bring back a block the table
+ * does not hold. */
+static void test_engine_rebuild_walks_the_blocks_or_copies(void **state)
+{
+    (void)state;
+    kvr_index *idx = kvr_index_create();
+    kvr_owner a = kvr_index_owner(idx, 1, 0), b = kvr_index_owner(idx, 2, 0);
+    store_chain(idx, a, 100, 0, 40);
+    store_chain(idx, b, 100, 5000, 20); /* other content, the same engine hashes */
+    store_chain(idx, b, 1000, 9000, 150);
+    uint64_t gone[10];
+    for (int i = 0; i < 10; i++)
+        gone[i] = 100 + 40 - i; /* a's last 10 blocks, deepest first */
+    assert_int_equal(kvr_index_remove(idx, a, KVR_TIER_GPU, gone, 10), 0);
+    assert_true(idx->engine_dups > 0);
+    assert_int_equal(idx->block_ids.count, 1 + 30 + 20 + 150);
+    assert_true(idx->block_ids.top % 64 != 0 && idx->block_ids.top > 128);
+    assert_int_equal(idx->engine.len + 1, idx->block_ids.count);
+    for (uint32_t cap = idx->engine.cap / 2; cap <= 4 * idx->engine.cap; cap *= 2) {
+        uint32_t *s = kvr_tree_engine_rebuild(idx, cap);
+        assert_non_null(s);
+        check_rebuilt(idx, s, cap, KVR_NIL);
+        free(s);
+    }
+    /* a block with a creator hash of its own, out of the table */
+    uint32_t x = idx->block_ids.top - 1;
+    assert_int_equal(KVR_ENGINE(idx, x), 1000 + 150);
+    uint64_t dups = idx->engine_dups;
+    kvr_tree_engine_del(idx, x);
+    assert_int_equal(idx->engine_dups, dups);
+    uint32_t *s = kvr_tree_engine_rebuild(idx, idx->engine.cap);
+    assert_non_null(s);
+    check_rebuilt(idx, s, idx->engine.cap, x);
+    free(s);
+    kvr_tree_engine_room(idx, 1);
+    assert_int_equal(kvr_tree_engine_put(idx, b, x), KVR_NIL);
+    assert_int_equal(idx->engine.len + 1, idx->block_ids.count);
+    kvr_index_destroy(idx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random_streams_match_the_model),
         cmocka_unit_test(test_sizes_follow_the_fingerprint_table),
         cmocka_unit_test(test_delete_shifts_back_across_the_end),
+        cmocka_unit_test(test_engine_rebuild_walks_the_blocks_or_copies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
