@@ -86,10 +86,11 @@ bool kvr_index_write_yield(kvr_index *idx, uint64_t *slice_start_ns)
 
 /* ---- table sizing ---- */
 
-/* Tables up to this size (8192 fingerprint slots, ~0.1 ms to rebuild) are resized
- * under the write lock; larger ones under a read lock, as matches would
- * wait for the rebuild: at 65536 slots the longest event of the bench
- * streams took 0.65-0.9 ms of CPU under the write lock, at 8192 0.1-0.23. */
+/* Tables up to this size (8192 8-byte slots, 16384 of the engine table's
+ * 4-byte ones; ~0.1 ms to rebuild) are resized under the write lock;
+ * larger ones under a read lock, as matches would wait for the rebuild:
+ * at 65536 8-byte slots the longest event of the bench streams took
+ * 0.65-0.9 ms of CPU under the write lock, at 8192 0.1-0.23. */
 #define INLINE_MAX_BYTES (64u << 10)
 
 /* The new arrays of a resize: the engine table's and the child table's

@@ -31,9 +31,10 @@ static uint32_t fit_cap(uint64_t cap, uint64_t len)
     if (overfull(len, (uint32_t)cap)) {
         /* Doubling: an entry is moved about once over a table's growth
          * (twice at 1.5x), and a grown table probes shorter (load 0.4, not
-         * 0.53). The engine table holds one slot per block, so its load is
-         * a good part of the bytes per block: 0.4-0.8 keeps them under 32
-         * per ownership on the benchmark streams. */
+         * 0.53). The engine table, sized from this with twice the slots of
+         * half the width (kvr_keytab_fit_cap), holds one slot per block, so
+         * its bytes are a good part of the bytes per block: those of 0.4-0.8
+         * here keep them under 32 per ownership on the benchmark streams. */
         for (cap = cap ? cap : MIN_CAP; overfull(len, (uint32_t)cap); cap *= 2)
             if (cap >= UINT32_MAX / 2)
                 return UINT32_MAX;

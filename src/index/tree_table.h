@@ -1,22 +1,24 @@
 /* Open-addressing table of 32-bit ids under a 32-bit fingerprint of their
- * key, the one hash table shape of the prefix index: each slot is
- * fp << 32 | id (0 = empty, so id 0 is never stored). The index keeps the
- * keys with the ids (a run's parent and first local hash, a block's engine
- * hash), so callers confirm a fingerprint match themselves, and a key may
- * be held by several ids. Linear probing from fastrange(fp, cap) with any
- * cap: every entry of a key lies between its home slot and the next empty
- * slot, where an insert for it goes. Deletion shifts entries back, so there
- * are no tombstones. Probing:
+ * key, one of the prefix index's two table shapes (the other, bare ids:
+ * tree_keytab.h): each slot is fp << 32 | id (0 = empty, so id 0 is never
+ * stored). The index keeps the keys with the ids (a run's parent and first
+ * local hash, an owner's exception hash for a block), so callers confirm a
+ * fingerprint match themselves, and a key may be held by several ids.
+ * Linear probing from fastrange(fp, cap) with any cap: every entry of a
+ * key lies between its home slot and the next empty slot, where an insert
+ * for it goes. Deletion shifts entries back, so there are no tombstones.
+ * Probing:
  *
  *     for (uint32_t i = kvr_idtab_home(t, fp); t->slot[i]; i = kvr_probe_next(i, t->cap))
  *         if (kvr_idtab_fp(t->slot[i]) == fp) ... candidate kvr_idtab_id(t->slot[i])
  *
  * Used for the child table (runs by parent block and first local hash)
  * and the per-owner tables of exception handles; the engine table holds
- * bare ids at half the load instead (tree_keytab.h). Sizing: kvr_idtab_fit_cap says what capacity a
- * table should have for a number of entries (doubled at 4/5 load, halved
- * below 1/8); a large table is rebuilt with kvr_idtab_rehash while readers
- * still use the old one, then swapped in with kvr_idtab_install. */
+ * bare ids at half the load instead (tree_keytab.h). Sizing:
+ * kvr_idtab_fit_cap says what capacity a table should have for a number
+ * of entries (doubled at 4/5 load, halved below 1/8); a large table is
+ * rebuilt with kvr_idtab_rehash while readers still use the old one, then
+ * swapped in with kvr_idtab_install. */
 #ifndef KVR_INDEX_TREE_TABLE_H
 #define KVR_INDEX_TREE_TABLE_H
 
