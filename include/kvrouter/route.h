@@ -457,6 +457,7 @@ typedef struct {
     uint64_t rates_evicted;     /* stalest rates dropped past 65,536 (worker, rank) */
     uint64_t approx_workers;    /* (worker, rank) with blocks in the approximate index */
     uint64_t approx_blocks;     /* blocks held there */
+    uint64_t approx_pruned;     /* blocks forgotten because a (worker, rank) held approx_max_blocks */
     /* lru_edge (off: all 0): prompts at a worker's LRU edge that a later
      * turn came back to, that aged out first (past the capacity, or the
      * oldest past 1,024 a worker; edge_at_limit counts those), and bookings

@@ -236,9 +236,12 @@ void route_approx_note(route_approxes *a, uintptr_t index, uint64_t worker_id, u
         }
         /* Oldest first, as LRU would: a tenth below the bound, so pruning
          * runs once per many requests. */
-        if (kvr_u64map_len(&st->blocks) > a->max_blocks)
+        if (kvr_u64map_len(&st->blocks) > a->max_blocks) {
+            uint64_t before = a->n_blocks;
             while (st->len && kvr_u64map_len(&st->blocks) > a->max_blocks - a->max_blocks / 10)
                 pop_oldest(a, st);
+            a->n_pruned += before - a->n_blocks;
+        }
         if (kvr_u64map_len(&st->blocks) == 0)
             store_drop(a, st);
     }
@@ -264,10 +267,11 @@ void route_approx_sweep(route_approxes *a, double now)
     pthread_mutex_unlock(&a->mu);
 }
 
-void route_approx_stats(route_approxes *a, uint64_t *stores, uint64_t *blocks)
+void route_approx_stats(route_approxes *a, uint64_t *stores, uint64_t *blocks, uint64_t *pruned)
 {
     pthread_mutex_lock(&a->mu);
     *stores = a->n_stores;
     *blocks = a->n_blocks;
+    *pruned = a->n_pruned;
     pthread_mutex_unlock(&a->mu);
 }

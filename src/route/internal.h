@@ -361,6 +361,7 @@ typedef struct {
     double ttl_s;
     uint64_t max_blocks; /* per (worker, rank) */
     uint64_t n_stores, n_blocks;
+    uint64_t n_pruned; /* blocks forgotten past max_blocks (counted in /metrics) */
 } route_approxes;
 
 void route_approx_init(route_approxes *a, double ttl_s, uint64_t max_blocks);
@@ -389,7 +390,7 @@ void route_approx_held(route_approxes *a, uintptr_t index, const route_approx_en
 void route_approx_note(route_approxes *a, uintptr_t index, uint64_t worker_id, uint32_t dp_rank,
                        const uint64_t *chain, uint32_t n, double now);
 void route_approx_sweep(route_approxes *a, double now);
-void route_approx_stats(route_approxes *a, uint64_t *stores, uint64_t *blocks);
+void route_approx_stats(route_approxes *a, uint64_t *stores, uint64_t *blocks, uint64_t *pruned);
 
 /* ---- per-request scratch (router.c pool) --------------------------------- */
 

@@ -271,6 +271,10 @@ void kvr_metrics_router(kvr_metrics_ctx *m)
           "(worker, rank) scored from the approximate index (no KV events)", st.approx_workers);
     gauge(b, "kvr_router_approx_blocks", "Blocks held in the approximate index",
           st.approx_blocks);
+    counter(b, "kvr_router_approx_pruned_total",
+            "Blocks the approximate index forgot, oldest first, because a (worker, rank) held "
+            "approx_max_blocks",
+            st.approx_pruned);
 }
 
 /* endpoint="/path", and method="M" when the path has several methods
