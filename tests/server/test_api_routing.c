@@ -258,6 +258,52 @@ static void test_worker_without_events_needs_no_endpoint(void **state)
     kvr_server_stop(srv);
 }
 
+/* SPEC 7.1 with max_total_num_tokens (the KV capacity, an extra field): a
+ * new worker is 201 "created", its /workers capabilities show it, the same
+ * registration again is 200 "unchanged", a new capacity (or none: left out
+ * is unknown) is 200 "updated" without a reset, and the index the worker
+ * built is kept. */
+static void test_capacity_reregistration_keeps_the_worker(void **state)
+{
+    (void)state;
+    char base[64];
+    kvr_server *srv = start(base, sizeof base, 0);
+    const char *fmt = "{\"instance_id\": 2, \"model_name\": \"m\", \"block_size\": 4, "
+                      "\"kv_events\": false%s}";
+    const char *with[] = {", \"max_total_num_tokens\": 523776",
+                          ", \"max_total_num_tokens\": 523776",
+                          ", \"max_total_num_tokens\": 65536", ""};
+    const long want_status[] = {201, 200, 200, 200};
+    const char *want_result[] = {"created", "unchanged", "updated", "updated"};
+    const json_int_t want_caps[] = {523776, 523776, 65536, 0};
+    for (size_t i = 0; i < sizeof with / sizeof with[0]; i++) {
+        char body[256];
+        snprintf(body, sizeof body, fmt, with[i]);
+        json_t *r = NULL;
+        assert_int_equal(th_register(base, body, &r), want_status[i]);
+        assert_string_equal(json_string_value(json_object_get(r, "status")), "ok");
+        assert_string_equal(json_string_value(json_object_get(r, "result")), want_result[i]);
+        assert_true(json_is_false(json_object_get(r, "reset")));
+        json_decref(r);
+        json_t *root;
+        json_t *caps = json_object_get(only_worker(base, &root), "capabilities");
+        json_t *cap = json_object_get(caps, "max_total_num_tokens");
+        if (want_caps[i])
+            assert_int_equal(json_integer_value(cap), want_caps[i]);
+        else
+            assert_true(json_is_null(cap));
+        json_decref(root);
+        if (i == 0) /* something for the approximate index to keep */
+            assert_int_equal(route(base, "first", "1,2,3,4,5,6,7,8,9", NULL, NULL), 200);
+    }
+    assert_int_equal(post_status(base, "/free", "{\"request_id\": \"first\"}"), 200);
+    json_t *r = NULL;
+    assert_int_equal(route(base, "next", "1,2,3,4,5,6,7,8,90", NULL, &r), 200);
+    assert_int_equal(json_integer_value(json_object_get(r, "overlap_tokens")), 8);
+    json_decref(r);
+    kvr_server_stop(srv);
+}
+
 static void test_bad_values_name_the_field(void **state)
 {
     (void)state;
@@ -315,6 +361,7 @@ int main(void)
         cmocka_unit_test(test_worker_without_events_routes_by_prefix),
         cmocka_unit_test(test_worker_without_events_needs_no_endpoint),
         cmocka_unit_test(test_worker_without_events_keeps_its_dp_ranks),
+        cmocka_unit_test(test_capacity_reregistration_keeps_the_worker),
         cmocka_unit_test(test_bad_values_name_the_field),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
