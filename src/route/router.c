@@ -31,8 +31,6 @@ kvr_router *kvr_router_create(kvr_indexer *ix, const kvr_router_config *cfg)
     pthread_mutex_init(&r->ranks_mu, NULL);
     route_bookings_init(&r->bk, r->cfg.booking_ttl_s);
     r->bk.decode_expiry_factor = r->cfg.decode_expiry_factor;
-    if (r->cfg.lru_edge == KVR_EDGE_OFF)
-        route_rates_drop_edges(&r->bk);
     if (!(r->cfg.approx_ttl_s > 0))
         r->cfg.approx_ttl_s = 120.0;
     route_approx_init(&r->approx, r->cfg.approx_ttl_s, r->cfg.approx_max_blocks);
