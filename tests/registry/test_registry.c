@@ -4,6 +4,8 @@
  * and the worker limit. Real ZeroMQ publishers feed the listeners. */
 #include "test_support.h"
 
+#include <math.h>
+
 #include "kvrouter/registry.h"
 #include "../server/net_helpers.h"
 
@@ -166,7 +168,7 @@ static void test_invalid_names_the_field_and_changes_nothing(void **state)
     struct {
         const char *field;
         kvr_registration r;
-    } cases[16];
+    } cases[24];
     size_t n = 0;
     kvr_registration base = rg(NULL, 1, 0, "tcp://127.0.0.1:5999");
     cases[n].field = "model_name", cases[n].r = base, cases[n++].r.settings.model_name = "";
@@ -182,6 +184,16 @@ static void test_invalid_names_the_field_and_changes_nothing(void **state)
     cases[n++].r.settings.mm_identity = (kvr_mm_identity)7;
     cases[n].field = "accepts_mm_hashes", cases[n].r = base,
     cases[n++].r.settings.accepts_mm_hashes = 2;
+    cases[n].field = "engine", cases[n].r = base,
+    cases[n++].r.settings.engine = (kvr_engine)KVR_ENGINE_COUNT;
+    cases[n].field = "image_token_id", cases[n].r = base, cases[n].r.settings.has_image_token_id = true,
+    cases[n++].r.settings.image_token_id = KVR_WIDE_SENTINEL;
+    cases[n].field = "kv_events", cases[n].r = base,
+    cases[n++].r.settings.kv_events = (kvr_kv_events)(KVR_KV_EVENTS_OFF + 1);
+    cases[n].field = "prefill_tps", cases[n].r = base, cases[n++].r.settings.prefill_tps = -1;
+    cases[n].field = "prefill_tps", cases[n].r = base, cases[n++].r.settings.prefill_tps = NAN;
+    cases[n].field = "max_total_num_tokens", cases[n].r = base,
+    cases[n++].r.settings.max_total_num_tokens = KVR_MAX_KV_CAPACITY_TOKENS + 1;
     cases[n].field = "endpoint", cases[n].r = base, cases[n++].r.endpoint = "http://x:1";
     cases[n].field = "endpoint", cases[n].r = base, cases[n++].r.endpoint = "tcp://127.0.0.1";
     cases[n].field = "replay_endpoint", cases[n].r = base, cases[n++].r.replay_endpoint = "bogus";
@@ -203,7 +215,9 @@ static void test_invalid_names_the_field_and_changes_nothing(void **state)
     }
     assert_int_equal(kvr_registry_workers(f.reg), 0);
     assert_null(kvr_indexer_find(f.ix, "m", NULL, 1));
-    /* ... and without them it registers, with no listener. */
+    /* ... and without them it registers, with no listener (and the
+     * largest capacity is a capacity). */
+    silent.settings.max_total_num_tokens = KVR_MAX_KV_CAPACITY_TOKENS;
     kvr_registry_reply out;
     assert_int_equal(kvr_registry_register(f.reg, &silent, &out), KVR_REGISTRY_CREATED);
     assert_non_null(kvr_indexer_find(f.ix, "m", NULL, 1));
@@ -214,6 +228,7 @@ static void test_invalid_names_the_field_and_changes_nothing(void **state)
     assert_int_equal(kvr_registry_list(f.reg, &l), 0);
     assert_int_equal(l.n, 1);
     assert_string_equal(l.items[0].endpoint, "");
+    assert_true(l.items[0].settings.max_total_num_tokens == KVR_MAX_KV_CAPACITY_TOKENS);
     kvr_registrations_free(&l);
     fx_stop(&f);
 }
