@@ -101,7 +101,7 @@ static kvr_registry_result check(const kvr_registration *reg, kvr_registry_reply
                     "field 'prefill_tps' must be a number of tokens/s above 0");
     if (s->max_total_num_tokens > KVR_MAX_KV_CAPACITY_TOKENS)
         return fail(out, KVR_REGISTRY_INVALID, "max_total_num_tokens",
-                    "field 'max_total_num_tokens' must be a token count in 1..%llu",
+                    "field 'max_total_num_tokens' must be at most %llu tokens (0: unknown)",
                     (unsigned long long)KVR_MAX_KV_CAPACITY_TOKENS);
     if ((unsigned)reg->origin >= KVR_ORIGIN_COUNT)
         return fail(out, KVR_REGISTRY_INVALID, "origin", "origin %d is not a kvr_origin",
