@@ -69,6 +69,16 @@ static inline kvr_raw_event clear_ev(void)
     return base_ev(KVR_EV_CLEARED, NULL, 0);
 }
 
+/* ev naming attention group `group` and, unless kind is NULL, its kind. */
+static inline kvr_raw_event in_group(kvr_raw_event ev, int64_t group, const char *kind)
+{
+    ev.has_group_idx = true;
+    ev.group_idx = group;
+    if (kind)
+        ev.kv_cache_spec_kind = S(kind);
+    return ev;
+}
+
 static inline kvr_normalizer_counters counters(const kvr_normalizer *n)
 {
     kvr_normalizer_counters c;

@@ -55,10 +55,7 @@ static void test_non_main_attention_kind_dropped(void **state)
         kvr_normalize(n, &ev, &out);
         assert_int_equal(out.kind, KVR_NORM_STORE);
     }
-    kvr_raw_event ev = store_ev(H, 1, false, 0, tok, 4);
-    ev.has_group_idx = true;
-    ev.group_idx = 0;
-    ev.kv_cache_spec_kind = S("sliding_window");
+    kvr_raw_event ev = in_group(store_ev(H, 1, false, 0, tok, 4), 0, "sliding_window");
     kvr_normalize(n, &ev, &out);
     assert_int_equal(out.kind, KVR_NORM_DROP);
     assert_int_equal(out.drop_reason, KVR_DROP_NON_MAIN_ATTENTION);
@@ -81,35 +78,23 @@ static void test_removal_uses_learned_group_kind(void **state)
     text(tok, 4, 100);
     kvr_norm_event out;
     /* group 1 learns full_attention, group 2 learns sliding_window */
-    kvr_raw_event s1 = store_ev(H, 1, false, 0, tok, 4);
-    s1.has_group_idx = true;
-    s1.group_idx = 1;
-    s1.kv_cache_spec_kind = S("full_attention");
+    kvr_raw_event s1 = in_group(store_ev(H, 1, false, 0, tok, 4), 1, "full_attention");
     kvr_normalize(n, &s1, &out);
     assert_int_equal(out.kind, KVR_NORM_STORE);
-    kvr_raw_event s2 = store_ev(H + 1, 1, false, 0, tok, 4);
-    s2.has_group_idx = true;
-    s2.group_idx = 2;
-    s2.kv_cache_spec_kind = S("sliding_window");
+    kvr_raw_event s2 = in_group(store_ev(H + 1, 1, false, 0, tok, 4), 2, "sliding_window");
     kvr_normalize(n, &s2, &out);
     assert_int_equal(out.kind, KVR_NORM_DROP);
 
-    kvr_raw_event r1 = remove_ev(H, 1);
-    r1.has_group_idx = true;
-    r1.group_idx = 1;
+    kvr_raw_event r1 = in_group(remove_ev(H, 1), 1, NULL);
     kvr_normalize(n, &r1, &out);
     assert_int_equal(out.kind, KVR_NORM_REMOVE);
     assert_int_equal(out.n_block_hashes, 1);
-    kvr_raw_event r2 = remove_ev(H + 1, 1);
-    r2.has_group_idx = true;
-    r2.group_idx = 2;
+    kvr_raw_event r2 = in_group(remove_ev(H + 1, 1), 2, NULL);
     kvr_normalize(n, &r2, &out);
     assert_int_equal(out.kind, KVR_NORM_DROP);
     assert_int_equal(out.drop_reason, KVR_DROP_NON_MAIN_ATTENTION);
     /* a store of group 1 with only group_idx also uses the learned kind */
-    kvr_raw_event s3 = store_ev(H + 2, 1, false, 0, tok, 4);
-    s3.has_group_idx = true;
-    s3.group_idx = 2;
+    kvr_raw_event s3 = in_group(store_ev(H + 2, 1, false, 0, tok, 4), 2, NULL);
     kvr_normalize(n, &s3, &out);
     assert_int_equal(out.kind, KVR_NORM_DROP);
     assert_int_equal(counters(n).drops[KVR_DROP_NON_MAIN_ATTENTION], 3);
@@ -129,9 +114,7 @@ static void test_learned_groups_bounded_and_counted(void **state)
     uint64_t tok[4];
     text(tok, 4, 100);
     kvr_norm_event out;
-    kvr_raw_event s = store_ev(H, 1, false, 0, tok, 4);
-    s.has_group_idx = true;
-    s.kv_cache_spec_kind = S("full_attention");
+    kvr_raw_event s = in_group(store_ev(H, 1, false, 0, tok, 4), 0, "full_attention");
     for (uint32_t g = 1; g <= KVR_NORM_MAX_LEARNED_GROUPS; g++) {
         s.group_idx = g;
         kvr_normalize(n, &s, &out);
@@ -151,9 +134,7 @@ static void test_learned_groups_bounded_and_counted(void **state)
     assert_int_equal(counters(n).groups_over_limit, 1);
     /* removals: the learned group 7 is now sliding, the unlearned one is
      * unknown and not group 0, so dropped; group 8 stays full attention */
-    kvr_raw_event r = remove_ev(H, 1);
-    r.has_group_idx = true;
-    r.group_idx = 7;
+    kvr_raw_event r = in_group(remove_ev(H, 1), 7, NULL);
     kvr_normalize(n, &r, &out);
     assert_int_equal(out.kind, KVR_NORM_DROP);
     r.group_idx = KVR_NORM_MAX_LEARNED_GROUPS + 1;
@@ -183,9 +164,7 @@ static void test_unlearned_group_zero_vs_other(void **state)
     kvr_normalize(n, &ev, &out);
     assert_int_equal(out.kind, KVR_NORM_DROP);
     assert_int_equal(out.drop_reason, KVR_DROP_NON_MAIN_ATTENTION);
-    kvr_raw_event r = remove_ev(H, 1);
-    r.has_group_idx = true;
-    r.group_idx = 1;
+    kvr_raw_event r = in_group(remove_ev(H, 1), 1, NULL);
     kvr_normalize(n, &r, &out);
     assert_int_equal(out.kind, KVR_NORM_DROP);
     r.group_idx = 0;
