@@ -544,7 +544,6 @@ kvr_route_status route_query(kvr_router *r, const kvr_query_request *req, kvr_qu
 kvr_route_status route_validate(const kvr_query_request *req, char *err, size_t errlen);
 /* Fills s->profiles / s->worker_profile for the n workers in s->caps. */
 int route_build_profiles(route_scratch *s, size_t n_workers, const kvr_query_request *req);
-/* Hashes and matches every profile once. -1 on out of memory. */
 /* Links each caps entry's matches, in match order, for every profile
  * (first_match, same_worker). -1 on out of memory. */
 int route_link_matches(route_scratch *s, size_t n_workers);
@@ -554,6 +553,7 @@ static inline uint32_t route_first_match(const route_scratch *s, size_t w)
 {
     return s->match_stamp[w] == s->stamp ? s->first_match[w] : UINT32_MAX;
 }
+/* Hashes and matches every profile once. -1 on out of memory. */
 int route_match_profiles(route_scratch *s, kvr_index *idx, uint32_t block_size,
                          const kvr_query_request *req);
 /* Turns every profile's local hashes into chain hashes (SPEC §4), in place. */
