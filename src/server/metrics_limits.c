@@ -15,18 +15,21 @@ static void connections(kvr_metrics_ctx *m)
     kvr_conns_stats(m->srv->conns, &st);
     kvr_sbuf *b = m->b;
     kvr_metrics_value(b, "kvr_http_connections", "gauge", "HTTP connections open", st.open);
-    kvr_metrics_value(b, "kvr_http_connections_max", "gauge",
+    kvr_metrics_value(
+        b, "kvr_http_connections_max", "gauge",
         "HTTP connections allowed at once (max_connections, as it fits RLIMIT_NOFILE)",
         kvr_conns_max(m->srv->conns));
-    kvr_metrics_value(b, "kvr_http_connections_peak", "gauge", "Most HTTP connections open at once", st.peak);
-    kvr_metrics_value(b, "kvr_http_connections_accepted_total", "counter", "HTTP connections accepted",
-        st.accepted);
+    kvr_metrics_value(b, "kvr_http_connections_peak", "gauge", "Most HTTP connections open at once",
+                      st.peak);
+    kvr_metrics_value(b, "kvr_http_connections_accepted_total", "counter",
+                      "HTTP connections accepted", st.accepted);
     kvr_metrics_family(b, "kvr_http_connections_refused_total", "counter",
                        "HTTP connections closed as they were accepted, by the limit reached");
     for (int r = 0; r < KVR_CONN_REFUSED_COUNT; r++)
         kvr_sbuf_printf(b, "kvr_http_connections_refused_total{limit=\"%s\"} %" PRIu64 "\n",
                         kvr_conn_refusal_name((kvr_conn_refusal)r), st.refused[r]);
-    kvr_metrics_value(b, "kvr_http_connections_timed_out_total", "counter",
+    kvr_metrics_value(
+        b, "kvr_http_connections_timed_out_total", "counter",
         "HTTP connections closed by connection_timeout_s (a request not in full in time, an "
         "idle connection, a reply making no progress)",
         st.timed_out);
@@ -62,11 +65,13 @@ static void registrations(kvr_metrics_ctx *m)
         const kvr_listener_info *l = &m->s->listeners[k];
         fds += 3 + (l->connected ? 1 : 0) + (l->state == KVR_LISTENER_REPLAYING ? 2 : 0);
     }
-    kvr_metrics_value(b, "kvr_listener_descriptors", "gauge",
+    kvr_metrics_value(
+        b, "kvr_listener_descriptors", "gauge",
         "File descriptors the ZeroMQ listeners hold (3 per listener, +1 connected, +2 "
         "replaying)",
         fds);
-    kvr_metrics_value(b, "kvr_descriptors_reserved", "gauge",
+    kvr_metrics_value(
+        b, "kvr_descriptors_reserved", "gauge",
         "Descriptors a new listener leaves free for HTTP connections (a registration that "
         "would take them gets 503, limit descriptors)",
         m->srv->fd_reserve);
@@ -77,7 +82,8 @@ void kvr_metrics_limits(kvr_metrics_ctx *m)
     connections(m);
     auth(m);
     registrations(m);
-    kvr_metrics_value(m->b, "kvr_memory_trims_total", "counter",
+    kvr_metrics_value(
+        m->b, "kvr_memory_trims_total", "counter",
         "malloc_trim calls (the index drained, or the RSS grew past what the index holds): "
         "freed heap pages given back",
         atomic_load(&m->srv->trim.trims));
