@@ -71,6 +71,16 @@ static inline void rt_store(kvr_indexer *ix, kvr_worker *w, uint32_t rank, uint3
     rt_store_tier(ix, w, rank, KVR_TIER_GPU, bs, tokens, n_tokens, eagle, base);
 }
 
+/* The router reads the time from *now (the test's fake clock, moved by
+ * hand). */
+static inline double rt_clock_read(void *now) { return *(const double *)now; }
+
+static inline void rt_fake_clock(kvr_router_config *cfg, double *now)
+{
+    cfg->clock = rt_clock_read;
+    cfg->clock_ud = now;
+}
+
 static inline void rt_widen(const uint32_t *in, uint64_t *out, size_t n)
 {
     for (size_t i = 0; i < n; i++)

@@ -16,8 +16,6 @@ typedef struct {
     uint32_t a[N], b[N]; /* b shares a's first 8 blocks */
 } fx;
 
-static double fake_clock(void *ud) { return ((fx *)ud)->now; }
-
 static fx *make(uint64_t max_blocks)
 {
     fx *f = calloc(1, sizeof *f);
@@ -26,8 +24,7 @@ static fx *make(uint64_t max_blocks)
     kvr_router_config_default(&cfg);
     cfg.rng_seed = 5;
     cfg.rank_refresh_s = 0;
-    cfg.clock = fake_clock;
-    cfg.clock_ud = f;
+    rt_fake_clock(&cfg, &f->now);
     cfg.approx_ttl_s = 60;
     if (max_blocks)
         cfg.approx_max_blocks = max_blocks;

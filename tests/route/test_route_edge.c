@@ -20,8 +20,6 @@ typedef struct {
     uint32_t tokens[MAXN];
 } fx;
 
-static double fake_clock(void *ud) { return ((fx *)ud)->now; }
-
 static fx *make(kvr_lru_edge rule)
 {
     fx *f = calloc(1, sizeof *f);
@@ -32,8 +30,7 @@ static fx *make(kvr_lru_edge rule)
     cfg.rank_refresh_s = 0;
     cfg.recompute_weight = 0; /* no prompt is held anywhere: nothing to copy */
     cfg.lru_edge = rule;
-    cfg.clock = fake_clock;
-    cfg.clock_ud = f;
+    rt_fake_clock(&cfg, &f->now);
     f->r = kvr_router_create(f->ix, &cfg);
     assert_non_null(f->r);
     f->now = 100;

@@ -36,8 +36,6 @@ typedef struct {
     uint32_t tokens[FAMILIES + 1][FAMILY_TOKENS];
 } fx;
 
-static double fake_clock(void *ud) { return ((fx *)ud)->now; }
-
 static uint32_t below(fx *f, uint32_t n) { return (uint32_t)(kvr_splitmix64(&f->rng) % n); }
 
 static void side_open(fx *f, side *s, uint64_t seed)
@@ -50,8 +48,7 @@ static void side_open(fx *f, side *s, uint64_t seed)
     cfg.rng_seed = seed;
     cfg.rank_refresh_s = 0;
     cfg.booking_ttl_s = 30;
-    cfg.clock = fake_clock;
-    cfg.clock_ud = f;
+    rt_fake_clock(&cfg, &f->now);
     s->r = kvr_router_create(s->ix, &cfg);
     assert_non_null(s->r);
 }

@@ -20,8 +20,6 @@ typedef struct {
     uint32_t tokens[N_HELD];
 } fx;
 
-static double fake_clock(void *ud) { return ((fx *)ud)->now; }
-
 static fx *make_with(void (*tweak)(kvr_router_config *))
 {
     fx *f = calloc(1, sizeof *f);
@@ -31,8 +29,7 @@ static fx *make_with(void (*tweak)(kvr_router_config *))
     kvr_router_config_default(&cfg);
     cfg.rng_seed = 3;
     cfg.rank_refresh_s = 0;
-    cfg.clock = fake_clock;
-    cfg.clock_ud = f;
+    rt_fake_clock(&cfg, &f->now);
     if (tweak)
         tweak(&cfg);
     f->r = kvr_router_create(f->ix, &cfg);
