@@ -309,13 +309,7 @@ static bool near_best(const kvr_route_cost *c, double cost_limit, double credit_
            c->decode_factor <= max_factor + 1e-12;
 }
 
-/* c: n compact candidates standing for sp->mult[i] each (the class's
- * representative has its members' least recent work). Returns the least
- * recent work's position; when several tie with it, *draw = which of them
- * (in candidate order, tied[i] marking them, and the class's members
- * within the margin: route_idle_tie) the random tie-break takes, else
- * SIZE_MAX. With edge_tie (lru_edge tie) the fewest tokens pushed past the
- * worker's LRU edge come before the least recent work. */
+/* lru_edge tie: edge losses within half a token are the same. */
 static bool fewer_loss(const kvr_route_cost *a, const kvr_route_cost *b)
 {
     return a->edge_loss_tokens < b->edge_loss_tokens - 0.5;
@@ -326,6 +320,13 @@ static bool same_loss(const kvr_route_cost *a, const kvr_route_cost *b)
     return fabs(a->edge_loss_tokens - b->edge_loss_tokens) <= 0.5;
 }
 
+/* c: n compact candidates standing for sp->mult[i] each (the class's
+ * representative has its members' least recent work). Returns the least
+ * recent work's position; when several tie with it, *draw = which of them
+ * (in candidate order, tied[i] marking them, and the class's members
+ * within the margin: route_idle_tie) the random tie-break takes, else
+ * SIZE_MAX. With edge_tie (lru_edge tie) the fewest tokens pushed past the
+ * worker's LRU edge come before the least recent work. */
 static size_t pick_balanced(kvr_router *r, kvr_route_cost *c, route_idle_split *sp, size_t n,
                             double tol, uint64_t isl, kvr_route_reason *reason, bool *tied,
                             size_t *draw, bool edge_tie)
