@@ -133,6 +133,9 @@ const char *kvr_engine_state_help(kvr_engine_state s);
       "Polls that gave no valid answer (unreachable, timeout, HTTP error, invalid)")       \
     X(invalid_responses, KVR_METRIC_COUNTER,                                               \
       "Engine responses refused by the validator (types, sizes, ports, hosts)")            \
+    X(capacities_ignored, KVR_METRIC_COUNTER,                                              \
+      "Valid polls whose stated KV capacity (vLLM num_gpu_blocks) was no count in range "  \
+      "(registered as unknown)")                                                           \
     X(http_requests, KVR_METRIC_COUNTER, "HTTP requests sent to engines")                  \
     X(registrations, KVR_METRIC_COUNTER,                                                   \
       "Rank registrations written (new or changed answers, and resyncs)")                  \

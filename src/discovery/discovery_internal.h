@@ -28,6 +28,9 @@ typedef struct {
     kvr_engine_rank_info *ranks; /* info.dp_size of them, owned */
     size_t n_ranks;
     char alt_model[KVR_NAME_MAX]; /* a second document's model name, if the first has none */
+    /* a capacity the engine stated that is no count in range, left unknown
+     * (vLLM num_gpu_blocks; counted: capacities_ignored) */
+    bool capacity_ignored;
 } kvr_reading;
 
 void kvr_reading_free(kvr_reading *r);

@@ -45,6 +45,8 @@ static void store(kvr_discovery *d, kvr_disc_engine *e, kvr_probe *p, double now
     kvr_poll_outcome outcome = p->done ? p->outcome : KVR_POLL_UNREACHABLE;
     char err[KVR_DISC_ERR];
     snprintf(err, sizeof err, "%s", p->done ? p->err : "poll abandoned");
+    if (r && r->capacity_ignored)
+        d->c.capacities_ignored++;
     if (r && !complete(e, r, err, sizeof err)) {
         r = NULL;
         outcome = KVR_POLL_INVALID;

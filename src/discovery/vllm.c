@@ -161,12 +161,16 @@ int kvr_vllm_read_metrics(const char *body, size_t len, const char *host, kvr_re
             }
             found = (uint32_t)bs;
             /* num_gpu_blocks: the KV cache capacity (absent, "None" or out
-             * of range: unknown, not an error; the block size routes) */
+             * of range: unknown, not an error; the block size routes; out
+             * of range is counted) */
             unsigned long long nb = 0;
-            if (label_value(line + sizeof family - 1, le, "num_gpu_blocks", v, sizeof v)) {
+            if (label_value(line + sizeof family - 1, le, "num_gpu_blocks", v, sizeof v) &&
+                strcmp(v, "None") != 0) {
                 nb = strtoull(v, &stop, 10);
-                if (*stop || nb > KVR_MAX_KV_CAPACITY_TOKENS / bs)
+                if (*stop || nb == 0 || nb > KVR_MAX_KV_CAPACITY_TOKENS / bs) {
                     nb = 0;
+                    r->capacity_ignored = true;
+                }
             }
             if (nb)
                 blocks = nb;

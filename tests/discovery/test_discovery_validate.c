@@ -263,16 +263,22 @@ static void test_vllm_metrics_label_parsing(void **state)
         if (rc != cases[i].rc || (rc == 0 && r.info.block_size != cases[i].bs))
             fail_msg("case %zu: rc %d bs %u (%s)", i, rc, r.info.block_size, err);
     }
-    /* num_gpu_blocks x block_size is the capacity; "None" or garbage leaves
-     * it unknown without refusing the block size */
+    /* num_gpu_blocks x block_size is the capacity; "None", absent or garbage
+     * leaves it unknown without refusing the block size, garbage flagged for
+     * the capacities_ignored counter */
     const struct {
         const char *text;
         uint64_t tokens;
+        bool ignored;
     } caps[] = {
-        {"vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"1000\"} 1\n", 16000},
-        {"vllm:cache_config_info{num_gpu_blocks=\"None\",block_size=\"16\"} 1\n", 0},
-        {"vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"12x\"} 1\n", 0},
-        {"vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"999999999999999\"} 1\n", 0},
+        {"vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"1000\"} 1\n", 16000, false},
+        {"vllm:cache_config_info{num_gpu_blocks=\"None\",block_size=\"16\"} 1\n", 0, false},
+        {"vllm:cache_config_info{block_size=\"16\"} 1\n", 0, false},
+        {"vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"12x\"} 1\n", 0, true},
+        {"vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"\"} 1\n", 0, true},
+        {"vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"0\"} 1\n", 0, true},
+        {"vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"999999999999999\"} 1\n", 0,
+         true},
     };
     for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++) {
         kvr_reading r;
@@ -282,8 +288,9 @@ static void test_vllm_metrics_label_parsing(void **state)
                                                sizeof err),
                          0);
         assert_int_equal(r.info.block_size, 16);
-        if (r.info.max_total_num_tokens != caps[i].tokens)
-            fail_msg("capacity case %zu: %llu", i, (unsigned long long)r.info.max_total_num_tokens);
+        if (r.info.max_total_num_tokens != caps[i].tokens || r.capacity_ignored != caps[i].ignored)
+            fail_msg("capacity case %zu: %llu, ignored %d", i,
+                     (unsigned long long)r.info.max_total_num_tokens, r.capacity_ignored);
     }
 }
 
