@@ -144,6 +144,25 @@ static void intern_put(kvr_osets *s, uint32_t id)
     s->intern_len++;
 }
 
+/* Set o's content to the entries e (sorted, len > 0), into ext (allocated
+ * for them) when len > 2, else inline; the bytes of entries o held before
+ * are the caller's to account for. */
+static void set_content(kvr_osets *s, kvr_oset *o, uint32_t *ext, uint64_t hash,
+                        const uint32_t *e, uint32_t len, uint32_t tiers, uint32_t uncounted)
+{
+    if (ext) {
+        memcpy(ext, e, (size_t)len * sizeof *e);
+        o->e.ext = ext;
+        s->entry_bytes += (size_t)len * sizeof *ext;
+    } else {
+        memcpy(o->e.inl, e, (size_t)len * sizeof *e);
+    }
+    o->hash = hash;
+    o->len = len;
+    o->tiers = tiers;
+    o->uncounted = uncounted;
+}
+
 /* A new set of the entries e (sorted, len > 0), whose tier union and count
  * of uncounted entries the caller worked out from the set it came from. */
 static uint32_t create(kvr_osets *s, uint64_t hash, const uint32_t *e, uint32_t len,
@@ -157,7 +176,6 @@ static uint32_t create(kvr_osets *s, uint64_t hash, const uint32_t *e, uint32_t 
         ext = malloc((size_t)len * sizeof *ext);
         if (!ext)
             return UINT32_MAX;
-        memcpy(ext, e, (size_t)len * sizeof *e);
     }
     uint32_t id = kvr_ids_get(&s->ids);
     if (id == UINT32_MAX || grow_sets(s) < 0) {
@@ -167,18 +185,9 @@ static uint32_t create(kvr_osets *s, uint64_t hash, const uint32_t *e, uint32_t 
         return UINT32_MAX;
     }
     kvr_oset *o = &s->sets[id];
-    o->hash = hash;
-    o->len = len;
     o->ref = 0;
-    o->tiers = tiers;
-    o->uncounted = uncounted;
     o->runs = 0;
-    if (ext) {
-        o->e.ext = ext;
-        s->entry_bytes += (size_t)len * sizeof *ext;
-    } else {
-        memcpy(o->e.inl, e, (size_t)len * sizeof *e);
-    }
+    set_content(s, o, ext, hash, e, len, tiers, uncounted);
     intern_put(s, id);
     return id;
 }
@@ -202,18 +211,8 @@ static int rewrite(kvr_osets *s, uint32_t id, uint64_t hash, const uint32_t *e, 
         free(o->e.ext);
     }
     intern_remove(s, id);
-    s->entry_bytes += (len > 2 ? (size_t)len : 0) * sizeof *ext;
     s->entry_bytes -= (o->len > 2 ? (size_t)o->len : 0) * sizeof *ext;
-    if (ext) {
-        memcpy(ext, e, (size_t)len * sizeof *e);
-        o->e.ext = ext;
-    } else {
-        memcpy(o->e.inl, e, (size_t)len * sizeof *e);
-    }
-    o->hash = hash;
-    o->len = len;
-    o->tiers = tiers;
-    o->uncounted = uncounted;
+    set_content(s, o, ext, hash, e, len, tiers, uncounted);
     o->gen++;
     intern_put(s, id);
     return 0;
