@@ -116,6 +116,11 @@ typedef struct {
      * worker with no prefill queued: ttft = uncached x decode factor / rate. */
     bool learn_prefill_rate;     /* default true */
     kvr_lru_edge lru_edge;       /* default KVR_EDGE_OFF */
+    /* ttft: the requests queued ahead of a request on a worker decode
+     * while it prefills, so their context slows its own prefill as the
+     * worker's current decodes do (the queue itself drains at today's
+     * rate). */
+    bool decode_ahead;           /* default false */
     /* Active bookings at once; a /route that would book more gets
      * KVR_ROUTE_LIMIT (HTTP 429) naming the limit. 0 = unlimited. */
     uint64_t max_bookings;       /* default 262144 */

@@ -456,6 +456,64 @@ static void test_no_learning_keeps_configured_rate(void **state)
 
 /* The decode factor is bounded: 120 decoding bookings of 256 distinct
  * blocks hold 122880 tokens, x 5e-6 = 0.61 above the cap 0.5. */
+static bool ahead_on;
+static void decode_ahead_exact(kvr_router_config *c)
+{
+    no_tolerance(c);
+    c->decode_ahead = ahead_on;
+}
+
+/* decode_ahead: worker 1 caches 250 of the 256 blocks of a short request
+ * queued there (24 tokens to prefill, 2000 output tokens: context 2024),
+ * worker 2 decodes five 1024-token requests (context 5120). A 1024-token
+ * prompt nobody caches waits 24 tokens on worker 1, then prefills behind
+ * that request's decode: 24 / 1e4 + 1024 x (1 + 5e-6 x 2024) / 1e4 =
+ * 0.10596 s, against 1024 x (1 + 5e-6 x 5120) / 1e4 = 0.10502 s on worker
+ * 2. Without the rule worker 1 costs 0.1048 s (the queue's decode unseen)
+ * and takes it (exact argmin). The decode factor reported stays the
+ * worker's decodes now (what the queue drains at). */
+static void test_decode_ahead_slows_the_prefill_behind_the_queue(void **state)
+{
+    (void)state;
+    for (int on = 0; on < 2; on++) {
+        ahead_on = on;
+        fx *f = make_with(decode_ahead_exact);
+        worker_with(f, 1, 250);
+        worker_with(f, 2, 0);
+        kvr_route_request rq;
+        memset(&rq, 0, sizeof rq);
+        rq.q = rt_request(f->tokens, N, NULL, 0);
+        rq.request_id = "short";
+        rq.osl = 2000;
+        rq.has_worker_id = true;
+        rq.worker_id = 1;
+        kvr_route_decision d;
+        assert_int_equal(kvr_route(f->r, &rq, &d), KVR_ROUTE_OK);
+        assert_int_equal(d.booked_prefill_tokens, 24);
+        kvr_route_decision_free(&d);
+        char id[16];
+        for (int i = 0; i < 5; i++) {
+            snprintf(id, sizeof id, "dec%d", i);
+            book_decoding(f, id, 20000 + (uint32_t)i, 2);
+        }
+        f->tokens[0] = 50000;
+        d = route_n(f, NULL, N, 0);
+        const kvr_route_cost *c1 = rt_cost_of(&d, 1), *c2 = rt_cost_of(&d, 2);
+        assert_true(near(c1->queued_tokens, 24));
+        assert_true(near(c1->decode_factor, 1.0)); /* its decodes now: none */
+        assert_true(near(c2->cost, 1024 * (1 + 5e-6 * 5120) / 1e4));
+        if (on) {
+            assert_true(near(c1->cost, 24 / 1e4 + 1024 * (1 + 5e-6 * 2024) / 1e4));
+            assert_true(d.worker_id == 2);
+        } else {
+            assert_true(near(c1->cost, (24 + 1024) / 1e4));
+            assert_true(d.worker_id == 1);
+        }
+        kvr_route_decision_free(&d);
+        done(f);
+    }
+}
+
 static void small_cap(kvr_router_config *c) { c->max_decode_slowdown = 0.5; }
 
 static void test_decode_factor_bounded(void **state)
@@ -624,6 +682,7 @@ int main(void)
         cmocka_unit_test(test_no_learning_keeps_configured_rate),
         cmocka_unit_test(test_decode_slowdown_fitted),
         cmocka_unit_test(test_decode_factor_bounded),
+        cmocka_unit_test(test_decode_ahead_slows_the_prefill_behind_the_queue),
         cmocka_unit_test(test_booking_ages_out_after_predicted_decode),
         cmocka_unit_test(test_max_bookings),
         cmocka_unit_test(test_clock_from_requests),
