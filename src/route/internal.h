@@ -572,6 +572,44 @@ kvr_route_status route_client_op(kvr_router *r, const char *request_id, kvr_book
 double route_rng_uniform(kvr_router *r);
 uint64_t route_rng_next(kvr_router *r);
 
+/* ---- the cost models of a /route (cost.c); caller holds kvr_router.mu ---- */
+
+typedef struct {
+    kvr_cost_model model;
+    double credit_scale, load_scale, cpu_w, disk_w, temperature;
+    bool unclamped;
+    double cut_w;
+    double decode_share, max_slowdown, recompute_weight;
+    /* ttft: whether the reuse a placement pushes past the worker's LRU edge
+     * is charged, and the share of the prompts at an edge that came back
+     * (route_edge_counts, learned) */
+    bool edge_cost, edge_tie;
+    double return_share;
+    bool decode_ahead;
+    bool report; /* fill the costs' figures only a debug decision shows */
+} route_cost_params;
+
+route_cost_params route_cost_params_of(const kvr_router *r, const kvr_route_request *req);
+/* Each candidate's prefill rate for the ttft model (at: the compact
+ * candidates' entries in q). */
+void route_fill_rates(kvr_router *r, const kvr_query_result *q, const route_slot *const *st,
+                      const uint32_t *at, kvr_route_cost *c, size_t n, double now);
+/* Candidate e's overlaps, its current load and its cost. */
+void route_fill_cost(const route_cost_params *p, const kvr_query_entry *e, const route_slot *st,
+                     const route_profile *pr, uint64_t unique, uint64_t isl, uint32_t bs,
+                     double now, kvr_route_cost *c);
+/* ttft, once every candidate's cost is set: the copies each would make. */
+void route_add_duplicate_cost(const route_cost_params *p, kvr_route_cost *c, const uint32_t *mult,
+                              size_t n, size_t n_all, uint32_t bs);
+/* The tokens a candidate still has to prefill, and how much its decodes
+ * slow it now. */
+double route_uncached_tokens(const route_cost_params *p, const kvr_route_cost *c, uint64_t isl,
+                             uint32_t bs);
+double route_decode_factor(const route_cost_params *p, const route_load *l);
+/* Blocks a request holds on a worker scored with profile pr past its
+ * routing blocks. */
+uint64_t route_unique_blocks_of(const route_profile *pr, uint64_t isl, uint32_t osl, uint32_t bs);
+
 /* Grows *buf to hold at least need elements of size elt. */
 int route_grow(void **buf, size_t *cap, size_t need, size_t elt);
 
