@@ -10,7 +10,7 @@
  * next tokens the worker takes in. Placing u new tokens on a worker thus
  * pushes past its edge the prompts whose age lies in [C - u, C): the reuse
  * this placement costs the conversations that would come back there (the
- * ttft model charges it, select.c). A later turn that matches a prompt
+ * ttft model charges it, cost.c). A later turn that matches a prompt
  * touches it again: that prompt's entry is superseded by the new one
  * (which holds the whole conversation so far). Caller holds kvr_router.mu. */
 #include <math.h>

@@ -67,7 +67,7 @@ typedef struct route_rate {
  * seconds of cost. */
 #define KVR_ROUTE_TIE_MAX_S 0.1
 /* Measured rates within this fraction of the candidates' mean count as the
- * mean (select.c fill_rates). */
+ * mean (cost.c route_fill_rates). */
 #define KVR_ROUTE_RATE_SAME 0.2
 /* Weight an old sample keeps when a new one arrives. */
 #define KVR_ROUTE_RATE_DECAY 0.9

@@ -43,7 +43,7 @@ kvr_router *kvr_router_create(kvr_indexer *ix, const kvr_router_config *cfg)
     return r;
 }
 
-/* Every cfg read after creation is under mu (select.c, bookings.c), the
+/* Every cfg read after creation is under mu (cost.c, select.c, bookings.c), the
  * rank list's refresh under ranks_mu and the approximate index's limits
  * under its own mutex, so the swap takes all three (in the router's order:
  * mu first) and a request sees either the old settings or the new ones.
