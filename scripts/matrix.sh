@@ -19,7 +19,10 @@
 #
 # Environment: KVROUTER (binary, default build/kvrouter), MATRIX_LIMIT
 # (requests per run, default 1000), MATRIX_SEEDS (default "1 2 3"),
-# MATRIX_SHAPES (names from the table below, default all). About 5 minutes
+# MATRIX_SHAPES (names from the table below, default all), MATRIX_POLICIES
+# (default kvrouter and the four baselines; "kvrouter,approx_tree" for a
+# rule's rows that scripts/matrix_pair.py pairs with a full run's, whose
+# baselines do not depend on the router's options). About 5 minutes
 # on 2 cores with the defaults.
 set -euo pipefail
 
@@ -28,6 +31,7 @@ bin="${KVROUTER:-$root/build/kvrouter}"
 trace="$root/data/conversation_trace.jsonl"
 limit="${MATRIX_LIMIT:-1000}"
 seeds="${MATRIX_SEEDS:-1 2 3}"
+policies="${MATRIX_POLICIES:-kvrouter,round_robin,random,least_loaded,approx_tree}"
 
 # name | sim arguments (engines, dp ranks, HiCache host blocks, Kimi share,
 # image share, wire, Eagle). Every shape runs the same trace slice.
@@ -69,7 +73,7 @@ for entry in "${shapes[@]}"; do
         # shellcheck disable=SC2086
         skip=$(( (seed - 1) * limit ))
         line="$("$bin" sim --trace "$trace" --skip "$skip" --limit "$limit" --seed "$seed" --quiet --judge \
-            --policies kvrouter,round_robin,random,least_loaded,approx_tree $args "$@" \
+            --policies "$policies" $args "$@" \
             2>/dev/null | grep '^judge:' || true)"
         rows=$((rows + 1))
         if [[ -z "$line" ]]; then
