@@ -100,6 +100,7 @@ kvr_rank_state *kvr_ix_rank_get(kvr_worker *w, uint32_t rank, bool create)
 void kvr_ix_rank_clear(kvr_worker *w, kvr_rank_state *r)
 {
     kvr_index_clear_owner(w->grp->idx, r->owner);
+    r->gpu_held = 0; /* as an AllBlocksCleared: the restarted engine holds nothing */
     kvr_normalizer_reset(r->norm);
     kvr_converter_reset(r->conv);
 }
@@ -162,7 +163,9 @@ static kvr_drop_reason convert_store(kvr_worker *w, kvr_rank_state *r, const kvr
     return why;
 }
 
-/* The occupancy that estimates the capacity (kvr_rank_state.gpu_held). */
+/* The occupancy that estimates the capacity (kvr_rank_state.gpu_held): n is
+ * the ownerships a store gained (kvr_index_store_locked's count), not its
+ * length: an engine re-storing blocks it holds fills nothing more. */
 static void gpu_stored(kvr_worker *w, kvr_rank_state *r, kvr_tier tier, size_t n)
 {
     if (tier != KVR_TIER_GPU)
@@ -186,15 +189,16 @@ static bool apply_store(kvr_worker *w, kvr_rank_state *r, const kvr_norm_event *
         return false;
     }
     kvr_drop_reason why = convert_store(w, r, ne);
+    size_t added = 0;
     if (why == KVR_DROP_NONE)
         why = kvr_index_store_locked(w->grp->idx, r->owner, ne->tier, ne->has_parent,
-                                     ne->parent, ne->block_hashes, r->local, n);
+                                     ne->parent, ne->block_hashes, r->local, n, &added);
+    gpu_stored(w, r, ne->tier, added); /* a store that stopped part way kept those */
     if (why != KVR_DROP_NONE) {
         count_drop(r, why);
         return false;
     }
     r->blocks_stored += n;
-    gpu_stored(w, r, ne->tier, n);
     return true;
 }
 
@@ -283,12 +287,13 @@ static void run_flush(kvr_worker *w, kvr_rank_state *r, store_run *run)
         return;
     run->n = 0;
     kvr_index *idx = w->grp->idx;
+    size_t added;
     kvr_drop_reason why = kvr_index_store_locked(idx, r->owner, run->tier, run->has_parent,
-                                                 run->parent, run->engine, run->local, n);
+                                                 run->parent, run->engine, run->local, n, &added);
+    gpu_stored(w, r, run->tier, added);
     if (why == KVR_DROP_NONE) {
         r->blocks_stored += n;
         r->events_stored += n;
-        gpu_stored(w, r, run->tier, n);
         return;
     }
     /* The call stopped at some block (first parent unknown, out of memory,
@@ -300,14 +305,14 @@ static void run_flush(kvr_worker *w, kvr_rank_state *r, store_run *run)
         bool hp = i ? true : run->has_parent;
         uint64_t parent = i ? run->engine[i - 1] : run->parent;
         why = kvr_index_store_locked(idx, r->owner, run->tier, hp, parent, &run->engine[i],
-                                     &run->local[i], 1);
+                                     &run->local[i], 1, &added);
+        gpu_stored(w, r, run->tier, added); /* 0 for the blocks the run's call stored */
         if (why != KVR_DROP_NONE) {
             count_drop(r, why);
             continue;
         }
         r->blocks_stored++;
         r->events_stored++;
-        gpu_stored(w, r, run->tier, 1);
     }
 }
 

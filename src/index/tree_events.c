@@ -137,25 +137,30 @@ static int leave(kvr_index *idx, uint32_t owner, uint32_t b, uint32_t entry)
 }
 
 /* Block (e, l) of a store below cur, the general way; returns the block now
- * holding it, or KVR_NIL when the chain cannot continue. */
+ * holding it, or KVR_NIL when the chain cannot continue. *added grows by 1
+ * when the owner gains the tier on a block and did not just leave another
+ * block holding e on it (the ownership moved: no more blocks held). */
 static uint32_t store_one(kvr_index *idx, uint32_t owner, uint32_t bit, uint32_t cur, uint64_t e,
-                          uint64_t l)
+                          uint64_t l, size_t *added)
 {
     uint32_t child = kvr_tree_child(idx, cur, l);
     uint32_t held, v = kvr_tree_lookup(idx, owner, e, &held);
+    bool moved = false;
     if (v != KVR_NIL && v != child) {
         /* The engine reuses a hash for other content: the newest store wins.
          * Leaving the old block can reclaim a subtree holding cur (when the
          * hash was an ancestor's): then the rest of the chain has no parent. */
         if (leave(idx, owner, v, held) < 0 || !kvr_tree_block_live(idx, cur))
             return KVR_NIL;
+        moved = (held & bit) != 0;
         child = kvr_tree_child(idx, cur, l);
     }
     if (child == KVR_NIL) {
         bool oom = false;
-        return append(idx, owner, kvr_oset_entry(owner, bit, false), &cur, &e, &l, 1, &oom) == 1
-                   ? cur
-                   : KVR_NIL;
+        if (append(idx, owner, kvr_oset_entry(owner, bit, false), &cur, &e, &l, 1, &oom) != 1)
+            return KVR_NIL;
+        *added += !moved;
+        return cur;
     }
     uint32_t entry = kvr_tree_entry(idx, child, owner);
     bool renamed = !entry || kvr_tree_handle(idx, owner, child, entry) != e;
@@ -163,6 +168,7 @@ static uint32_t store_one(kvr_index *idx, uint32_t owner, uint32_t bit, uint32_t
     if (kvr_tree_set_range(idx, child, 1, owner,
                            kvr_oset_entry(owner, (entry & KVR_OSET_TIERS) | bit, exc)) < 0)
         return KVR_NIL; /* out of memory: stop the chain here */
+    *added += !(entry & bit) && !moved;
     if (renamed) {
         /* the same block under a new engine hash: the new one replaces it */
         if (entry & KVR_OSET_EXC)
@@ -176,8 +182,9 @@ static uint32_t store_one(kvr_index *idx, uint32_t owner, uint32_t bit, uint32_t
 kvr_drop_reason kvr_index_store_locked(kvr_index *idx, kvr_owner owner, kvr_tier tier,
                                        bool has_parent, uint64_t parent,
                                        const uint64_t *engine_hashes,
-                                       const uint64_t *local_hashes, size_t n)
+                                       const uint64_t *local_hashes, size_t n, size_t *added)
 {
+    *added = 0;
     if ((unsigned)tier >= KVR_TIER_COUNT)
         return KVR_DROP_UNKNOWN_TIER;
     if (owner >= idx->n_owners)
@@ -194,13 +201,15 @@ kvr_drop_reason kvr_index_store_locked(kvr_index *idx, kvr_owner owner, kvr_tier
         uint32_t b = kvr_tree_child(idx, cur, l[i]);
         if (b == KVR_NIL) {
             bool oom = false;
-            i += append(idx, owner, fresh, &cur, e + i, l + i, n - i, &oom);
+            size_t k = append(idx, owner, fresh, &cur, e + i, l + i, n - i, &oom);
+            i += k;
+            *added += k;
             if (oom)
                 return KVR_DROP_PARENT_NOT_FOUND;
             if (i == n)
                 break;
             /* the owner already holds block i's hash elsewhere */
-            if ((cur = store_one(idx, owner, bit, cur, e[i], l[i])) == KVR_NIL)
+            if ((cur = store_one(idx, owner, bit, cur, e[i], l[i], added)) == KVR_NIL)
                 return KVR_DROP_PARENT_NOT_FOUND;
             i++;
             continue;
@@ -213,7 +222,7 @@ kvr_drop_reason kvr_index_store_locked(kvr_index *idx, kvr_owner owner, kvr_tier
         bool plain = KVR_ENGINE(idx, b) == e[i] &&
                      (entry ? !(entry & KVR_OSET_EXC) : !idx->engine_dups && !exc->len);
         if (!plain) {
-            if ((cur = store_one(idx, owner, bit, cur, e[i], l[i])) == KVR_NIL)
+            if ((cur = store_one(idx, owner, bit, cur, e[i], l[i], added)) == KVR_NIL)
                 return KVR_DROP_PARENT_NOT_FOUND;
             i++;
             continue;
@@ -222,9 +231,14 @@ kvr_drop_reason kvr_index_store_locked(kvr_index *idx, kvr_owner owner, kvr_tier
         while (i + k < n && b + k < end && KVR_LOCAL(idx, b + k) == l[i + k] &&
                KVR_ENGINE(idx, b + k) == e[i + k])
             k++;
+        /* one set for the whole run: the owner gains the tier on all k
+         * blocks or on none (a re-store of held blocks changes nothing) */
         uint32_t to = entry ? entry | bit : fresh;
-        if (to != entry && kvr_tree_set_range(idx, b, k, owner, to) < 0)
-            return KVR_DROP_PARENT_NOT_FOUND; /* out of memory: stop the chain here */
+        if (to != entry) {
+            if (kvr_tree_set_range(idx, b, k, owner, to) < 0)
+                return KVR_DROP_PARENT_NOT_FOUND; /* out of memory: stop the chain here */
+            *added += k;
+        }
         cur = b + k - 1;
         i += k;
     }
@@ -237,9 +251,10 @@ kvr_drop_reason kvr_index_store(kvr_index *idx, kvr_owner owner, kvr_tier tier, 
 {
     if ((unsigned)tier >= KVR_TIER_COUNT)
         return KVR_DROP_UNKNOWN_TIER;
+    size_t added;
     kvr_tree_write_lock(idx);
     kvr_drop_reason r = kvr_index_store_locked(idx, owner, tier, has_parent, parent,
-                                               engine_hashes, local_hashes, n);
+                                               engine_hashes, local_hashes, n, &added);
     kvr_tree_write_unlock(idx);
     return r;
 }

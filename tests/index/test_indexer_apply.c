@@ -158,6 +158,55 @@ static void test_capacity_estimate_from_events(void **state)
     assert_int_equal(c.kv_capacity_tokens, 12345);
 }
 
+/* SPEC §6: a store is idempotent per owner, and engines re-store blocks
+ * they hold (SGLang's re-inserted prefixes, a replayed batch): the
+ * occupancy grows by the ownerships a store gained, on either path (a
+ * multi-block store, a run of one-block stores), and an engine restart
+ * (clear_rank) starts it from zero as an AllBlocksCleared does. Counting
+ * every stored block put the estimate at 23 blocks for an engine that never
+ * held more than 7. */
+static void test_capacity_estimate_counts_held_blocks_once(void **state)
+{
+    (void)state;
+    kept_gen = 0;
+    uint64_t tok[8 * B], h[8] = {401, 402, 403, 404, 405, 406, 407, 408};
+    text(tok, 8 * B, 70);
+    kvr_raw_event all = store_ev(h, 4, false, 0, tok, 4 * B);
+    apply(ix, w1, 0, &all, 1);
+    kvr_raw_event rm = remove_ev(h + 3, 1);
+    apply(ix, w1, 0, &rm, 1);
+    peak_is(w1, 4); /* full at 4; holds 3 */
+    kvr_raw_event again = store_ev(h, 3, false, 0, tok, 3 * B);
+    apply(ix, w1, 0, &again, 1); /* held already: multi-block path */
+    peak_is(w1, 4);
+    kvr_raw_event ones[3] = {store_ev(h, 1, false, 0, tok, B),
+                             store_ev(h + 1, 1, true, 401, tok + B, B),
+                             store_ev(h + 2, 1, true, 402, tok + 2 * B, B)};
+    apply(ix, w1, 0, ones, 3); /* held already: one run of one-block stores */
+    peak_is(w1, 4);
+    /* held blocks with new ones: only the new ones count */
+    kvr_raw_event grow = store_ev(h, 6, false, 0, tok, 6 * B);
+    apply(ix, w1, 0, &grow, 1);
+    peak_is(w1, 6);
+    /* a block held on the host tier only is new on the GPU tier */
+    kvr_raw_event host = store_ev(h + 6, 1, true, 406, tok + 6 * B, B);
+    host.tier = KVR_TIER_CPU;
+    apply(ix, w1, 0, &host, 1);
+    peak_is(w1, 6);
+    host.tier = KVR_TIER_GPU;
+    apply(ix, w1, 0, &host, 1);
+    peak_is(w1, 7);
+    apply(ix, w1, 0, &host, 1);
+    peak_is(w1, 7);
+    /* the engine restarted: what it stores now is all it holds */
+    kvr_indexer_clear_rank(ix, w1, 0);
+    apply(ix, w1, 0, &grow, 1);
+    peak_is(w1, 7);
+    kvr_worker_info *info = info_of(ix, w1);
+    assert_int_equal(rank_of(info, 0)->blocks_stored, 4 + 3 + 3 + 6 + 3 + 6); /* as sent */
+    free(info);
+}
+
 static void test_batch_dp_rank_override_and_rank_isolation(void **state)
 {
     (void)state;
@@ -694,6 +743,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_store_chain_remove_clear, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tiers_reach, setup, teardown),
         cmocka_unit_test_setup_teardown(test_capacity_estimate_from_events, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_capacity_estimate_counts_held_blocks_once, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_batch_dp_rank_override_and_rank_isolation, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_worker_isolation, setup, teardown),
