@@ -29,7 +29,8 @@ typedef struct {
     size_t n_ranks;
     char alt_model[KVR_NAME_MAX]; /* a second document's model name, if the first has none */
     /* a capacity the engine stated that is no count in range, left unknown
-     * (vLLM num_gpu_blocks; counted: capacities_ignored) */
+     * (vLLM num_gpu_blocks, SGLang max_total_num_tokens; counted:
+     * capacities_ignored) */
     bool capacity_ignored;
 } kvr_reading;
 

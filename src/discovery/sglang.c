@@ -241,16 +241,22 @@ static int read_publisher(const json_t *info, const char *engine_host, kvr_readi
 
 /* max_total_num_tokens: the KV cache capacity in tokens the scheduler
  * reports (its scheduler_info, merged into /server_info), the same for
- * every rank; absent in some builds (0: unknown). */
-static int read_capacity(const json_t *j, kvr_engine_reading_info *in, char *err, size_t cap)
+ * every rank. Absent or null in some builds: unknown. Anything but an
+ * integer in 1..KVR_MAX_KV_CAPACITY_TOKENS is unknown too, and flagged
+ * (counted: capacities_ignored), as vLLM's num_gpu_blocks: a capacity is a
+ * routing hint, and refusing the whole answer for it would cost the engine
+ * its listeners and every other fact it gave. */
+static void read_capacity(const json_t *j, kvr_reading *r)
 {
-    long long v = 0;
-    bool has = false;
-    if (kvr_edge_int(j, "max_total_num_tokens", "/server_info", 1,
-                     (long long)KVR_MAX_KV_CAPACITY_TOKENS, &v, &has, err, cap) != 0)
-        return -1;
-    in->max_total_num_tokens = has ? (uint64_t)v : 0;
-    return 0;
+    json_t *v = json_object_get(j, "max_total_num_tokens");
+    r->info.max_total_num_tokens = 0;
+    if (!v || json_is_null(v))
+        return;
+    json_int_t n = json_is_integer(v) ? json_integer_value(v) : 0;
+    if (n >= 1 && (uint64_t)n <= KVR_MAX_KV_CAPACITY_TOKENS)
+        r->info.max_total_num_tokens = (uint64_t)n;
+    else
+        r->capacity_ignored = true;
 }
 
 int kvr_sglang_read_server_info(const char *body, size_t len, const char *host, kvr_reading *r,
@@ -274,8 +280,8 @@ int kvr_sglang_read_server_info(const char *body, size_t len, const char *host, 
                kvr_edge_bool(j, "enable_hierarchical_cache", "/server_info", &in->hicache, err,
                              cap) == 0 &&
                kvr_edge_str(j, "version", "/server_info", in->version, sizeof in->version, err,
-                            cap) == 0 &&
-               read_capacity(j, in, err, cap) == 0) {
+                            cap) == 0) {
+        read_capacity(j, r);
         if (!in->model_name[0])
             memcpy(in->model_name, model_path, sizeof in->model_name);
         in->is_eagle = eagle_algorithm(in->speculative_algorithm);

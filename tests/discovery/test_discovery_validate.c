@@ -196,8 +196,6 @@ static void test_sglang_refuses_what_it_cannot_use(void **state)
         {"{\"served_model_name\": 3, \"kv_events\": null}", "served_model_name"},
         {"{\"enable_hierarchical_cache\": \"yes\", \"kv_events\": null}",
          "enable_hierarchical_cache"},
-        {"{\"max_total_num_tokens\": 0, \"kv_events\": null}", "max_total_num_tokens"},
-        {"{\"max_total_num_tokens\": \"lots\", \"kv_events\": null}", "max_total_num_tokens"},
         {"{\"a\": 1, \"a\": 2}", "not JSON"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -229,6 +227,61 @@ static void test_sglang_refuses_what_it_cannot_use(void **state)
             0);
         assert_false(r.info.publishes);
         assert_true(r.info.silent_reason[0] != 0);
+        kvr_reading_free(&r);
+    }
+}
+
+static void capacity_is(size_t i, const kvr_reading *r, uint64_t tokens, bool ignored)
+{
+    if (r->info.max_total_num_tokens != tokens || r->capacity_ignored != ignored)
+        fail_msg("capacity case %zu: %llu, ignored %d", i,
+                 (unsigned long long)r->info.max_total_num_tokens, r->capacity_ignored);
+}
+
+/* A capacity that is no count in range costs the engine nothing else, as
+ * vLLM's num_gpu_blocks (test_vllm_metrics_label_parsing): the answer reads,
+ * with its model, block size and publisher, the capacity unknown and
+ * flagged; absent or null stays unknown and unflagged. */
+static void test_sglang_bad_capacity_leaves_it_unknown(void **state)
+{
+    (void)state;
+    const struct {
+        const char *value; /* NULL: absent */
+        uint64_t tokens;
+        bool ignored;
+    } caps[] = {
+        {"65536", 65536, false},
+        {"1099511627776", KVR_MAX_KV_CAPACITY_TOKENS, false},
+        {NULL, 0, false},
+        {"null", 0, false},
+        {"\"12x\"", 0, true},
+        {"\"65536\"", 0, true},
+        {"-5", 0, true},
+        {"0", 0, true},
+        {"1099511627777", 0, true},
+        {"65536.5", 0, true},
+        {"[65536]", 0, true},
+    };
+    for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++) {
+        char body[512], field[64] = "";
+        if (caps[i].value)
+            snprintf(field, sizeof field, "\"max_total_num_tokens\": %s, ", caps[i].value);
+        snprintf(body, sizeof body,
+                 "{\"served_model_name\": \"m\", %s\"kv_events\": {\"publisher\": \"zmq\", "
+                 "\"endpoint_host\": \"*\", \"endpoint_port_base\": 5557, \"block_size\": 16}}",
+                 field);
+        kvr_reading r;
+        memset(&r, 0, sizeof r);
+        char err[KVR_DISC_ERR] = "";
+        int rc = kvr_sglang_read_server_info(body, strlen(body), "h", &r, err, sizeof err);
+        if (rc != 0)
+            fail_msg("capacity case %zu: refused: %s", i, err);
+        assert_string_equal(r.info.model_name, "m");
+        assert_true(r.info.publishes);
+        assert_int_equal(r.info.block_size, 16);
+        assert_int_equal(r.n_ranks, 1);
+        assert_string_equal(r.ranks[0].endpoint, "tcp://h:5557");
+        capacity_is(i, &r, caps[i].tokens, caps[i].ignored);
         kvr_reading_free(&r);
     }
 }
@@ -288,9 +341,7 @@ static void test_vllm_metrics_label_parsing(void **state)
                                                sizeof err),
                          0);
         assert_int_equal(r.info.block_size, 16);
-        if (r.info.max_total_num_tokens != caps[i].tokens || r.capacity_ignored != caps[i].ignored)
-            fail_msg("capacity case %zu: %llu, ignored %d", i,
-                     (unsigned long long)r.info.max_total_num_tokens, r.capacity_ignored);
+        capacity_is(i, &r, caps[i].tokens, caps[i].ignored);
     }
 }
 
@@ -380,6 +431,7 @@ int main(void)
         cmocka_unit_test(test_kimi_model_info_gives_auto_identity_and_no_hashes),
         cmocka_unit_test(test_sglang_model_falls_back_to_model_path_and_model_info),
         cmocka_unit_test(test_sglang_refuses_what_it_cannot_use),
+        cmocka_unit_test(test_sglang_bad_capacity_leaves_it_unknown),
         cmocka_unit_test(test_vllm_metrics_label_parsing),
         cmocka_unit_test(test_urls_hosts_and_endpoints),
         cmocka_unit_test(test_truncated_and_corrupted_answers_never_crash),
