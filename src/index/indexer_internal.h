@@ -135,5 +135,9 @@ void kvr_ix_rank_clear(kvr_worker *w, kvr_rank_state *r);
  * frees its rank states. Caller holds the registry lock exclusively. */
 void kvr_ix_worker_drop_state(kvr_worker *w);
 bool kvr_ix_accepts_effective(const kvr_worker *w);
+/* The KV capacity per rank in tokens the router uses
+ * (kvr_worker_caps.kv_capacity_tokens): as registered, else the estimate
+ * from events (*estimated set), else 0. */
+uint64_t kvr_ix_kv_capacity(kvr_worker *w, bool *estimated);
 
 #endif

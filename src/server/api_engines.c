@@ -183,18 +183,19 @@ json_t *kvr_api_engine_json(const kvr_engine_info *e)
     return o;
 }
 
-void kvr_api_worker_discovery(json_t *w, const kvr_engine_infos *l, const kvr_worker_info *wi)
+bool kvr_api_worker_discovery(json_t *w, const kvr_engine_infos *l, const kvr_worker_info *wi)
 {
     const kvr_engine_info *e = kvr_engine_infos_find(l, wi->model_name, wi->routing_group,
                                                      wi->worker_id);
     if (!e)
-        return;
+        return false;
     json_object_set_new(
         w, "discovery",
         json_pack("{s:s,s:s,s:s,s:o,s:o}", "url", e->url, "kind",
                   kvr_engine_kind_name(e->read.valid ? e->read.kind : e->kind), "state",
                   kvr_engine_state_name(e->state), "reason", str_or_null(e->reason),
                   "seconds_since_valid_answer", secs(e->seconds_since_valid)));
+    return true;
 }
 
 /* ---- handlers --------------------------------------------------------------- */

@@ -10,8 +10,9 @@ bool kvr_api_parse_engine(json_t *v, kvr_origin origin, kvr_engine_spec *s, kvr_
 /* One /engines element. */
 json_t *kvr_api_engine_json(const kvr_engine_info *e);
 /* Adds "discovery": {url, kind, state, reason, seconds_since_valid_answer}
- * to w when the worker wi was registered by discovery (l: a snapshot). */
-void kvr_api_worker_discovery(json_t *w, const kvr_engine_infos *l, const kvr_worker_info *wi);
+ * to w when the worker wi was registered by discovery (l: a snapshot);
+ * returns whether it was. */
+bool kvr_api_worker_discovery(json_t *w, const kvr_engine_infos *l, const kvr_worker_info *wi);
 
 void kvr_api_engines_get(kvr_server *srv, json_t *args, kvr_api_reply *reply);
 void kvr_api_engines_post(kvr_server *srv, json_t *body, kvr_api_reply *reply);

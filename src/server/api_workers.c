@@ -139,6 +139,22 @@ static json_t *counters_json(const kvr_worker_info *wi, const kvr_listener_info 
     return counters;
 }
 
+/* The KV capacity per rank the router uses (the same for every rank of a
+ * worker: one registration, one estimate over its ranks) and where it came
+ * from: registered (POST /register, the C API), discovered (registered by
+ * discovery from the engine's answer), estimated (from the events: none
+ * registered) or null with the capacity when unknown. */
+static void capacity_json(json_t *caps, const kvr_worker_info *wi, bool discovered)
+{
+    const char *from = !wi->kv_capacity_tokens      ? NULL
+                       : wi->kv_capacity_estimated ? "estimated"
+                       : discovered                ? "discovered"
+                                                   : "registered";
+    json_object_set_new(caps, "kv_capacity_tokens",
+                        from ? json_integer((json_int_t)wi->kv_capacity_tokens) : json_null());
+    json_object_set_new(caps, "kv_capacity_source", from ? json_string(from) : json_null());
+}
+
 static json_t *worker_json(const kvr_worker_info *wi, const kvr_listener_info *ls, size_t n_ls)
 {
     const char *detected = wi->mm_identity == KVR_MM_AUTO
@@ -170,6 +186,7 @@ static json_t *worker_json(const kvr_worker_info *wi, const kvr_listener_info *l
                         wi->max_total_num_tokens
                             ? json_integer((json_int_t)wi->max_total_num_tokens)
                             : json_null());
+    capacity_json(caps, wi, false);
     json_object_set_new(w, "capabilities", caps);
     json_object_set_new(w, "counters", counters_json(wi, ls, n_ls));
     json_object_set_new(w, "resets", json_integer((json_int_t)wi->resets));
@@ -204,7 +221,8 @@ void kvr_api_workers(kvr_server *srv, json_t *args, kvr_api_reply *reply)
             (group && strcmp(group, wi->routing_group) != 0))
             continue;
         json_t *w = worker_json(wi, s.listeners + s.first[i], s.first[i + 1] - s.first[i]);
-        kvr_api_worker_discovery(w, &engines, wi);
+        if (kvr_api_worker_discovery(w, &engines, wi))
+            capacity_json(json_object_get(w, "capabilities"), wi, true);
         json_array_append_new(arr, w);
     }
     kvr_engine_infos_free(&engines);

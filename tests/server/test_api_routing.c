@@ -288,10 +288,16 @@ static void test_capacity_reregistration_keeps_the_worker(void **state)
         json_t *root;
         json_t *caps = json_object_get(only_worker(base, &root), "capabilities");
         json_t *cap = json_object_get(caps, "max_total_num_tokens");
-        if (want_caps[i])
+        json_t *used = json_object_get(caps, "kv_capacity_tokens");
+        json_t *from = json_object_get(caps, "kv_capacity_source");
+        if (want_caps[i]) {
             assert_int_equal(json_integer_value(cap), want_caps[i]);
-        else
-            assert_true(json_is_null(cap));
+            assert_int_equal(json_integer_value(used), want_caps[i]);
+            assert_string_equal(json_string_value(from), "registered");
+        } else {
+            /* no events to estimate from: unknown */
+            assert_true(json_is_null(cap) && json_is_null(used) && json_is_null(from));
+        }
         json_decref(root);
         if (i == 0) /* something for the approximate index to keep */
             assert_int_equal(route(base, "first", "1,2,3,4,5,6,7,8,9", NULL, NULL), 200);

@@ -232,6 +232,9 @@ static void test_sglang_two_dp_ranks_are_found_and_indexed(void **state)
     assert_string_equal(json_string_value(json_object_get(caps, "engine")), "sglang");
     /* the capacity the engine reports reaches the registration */
     assert_int_equal(json_integer_value(json_object_get(caps, "max_total_num_tokens")), 523776);
+    assert_int_equal(json_integer_value(json_object_get(caps, "kv_capacity_tokens")), 523776);
+    assert_string_equal(json_string_value(json_object_get(caps, "kv_capacity_source")),
+                        "discovered");
     json_decref(all);
     world_stop(&w);
 }

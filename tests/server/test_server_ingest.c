@@ -84,6 +84,23 @@ static void send_store(th_engine *e, uint64_t seq, const chain *c, uint32_t from
     th_send_events(e, seq, &ev, 1, live);
 }
 
+/* capabilities.kv_capacity_tokens / kv_capacity_source of the only worker
+ * (source NULL: both null, unknown) */
+static void capacity_is(fixture *f, json_int_t tokens, const char *source)
+{
+    json_t *root = th_json("GET", f->base, "/workers", NULL, NULL);
+    json_t *caps = json_object_get(json_array_get(root, 0), "capabilities");
+    json_t *t = json_object_get(caps, "kv_capacity_tokens");
+    json_t *s = json_object_get(caps, "kv_capacity_source");
+    if (source) {
+        assert_int_equal(json_integer_value(t), tokens);
+        assert_string_equal(json_string_value(s), source);
+    } else {
+        assert_true(json_is_null(t) && json_is_null(s));
+    }
+    json_decref(root);
+}
+
 static void test_text_prefix_remove_clear(void **state)
 {
     fixture *f = *state;
@@ -98,10 +115,13 @@ static void test_text_prefix_remove_clear(void **state)
     /* A request that diverges after two blocks matches two. */
     uint64_t q[3] = {c.local[0], c.local[1], 12345};
     assert_int_equal(th_score(f->base, "m", q, 3, 1, 0), 2 * BS);
+    capacity_is(f, 0, NULL); /* nothing registered, nothing evicted yet */
     /* Remove the last block: prefix 2. */
     kvr_raw_event rm = th_remove(&c.hashes[2], 1);
     th_send_events(&e, 1, &rm, 1, true);
     assert_int_equal(th_wait_score(f->base, "m", c.local, 3, 1, 0, 2 * BS, WAIT), 2 * BS);
+    /* an engine that evicts was full: at 3 blocks, what the router uses */
+    capacity_is(f, 3 * BS, "estimated");
     kvr_raw_event cl = th_clear();
     th_send_events(&e, 2, &cl, 1, true);
     assert_int_equal(th_wait_score(f->base, "m", c.local, 3, 1, 0, -1, WAIT), -1);
