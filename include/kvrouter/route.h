@@ -121,6 +121,12 @@ typedef struct {
      * worker's current decodes do (the queue itself drains at today's
      * rate). */
     bool decode_ahead;           /* default false */
+    /* ttft: past a predicted second the tie window is at least the
+     * model's measured error (|measured - predicted| TTFT over predicted,
+     * decayed, over this router's /prefill_done timings) times the cost,
+     * not only 0.1 s / cost^2 (still at most tie_tolerance x cost and
+     * 0.1 s); until 16 timings are measured, exactly the latter. */
+    bool tie_from_error;         /* default false */
     /* Active bookings at once; a /route that would book more gets
      * KVR_ROUTE_LIMIT (HTTP 429) naming the limit. 0 = unlimited. */
     uint64_t max_bookings;       /* default 262144 */
@@ -460,6 +466,9 @@ typedef struct {
     uint64_t rate_samples;      /* /prefill_done timings taken as prefill-rate samples */
     uint64_t rates_learned;     /* (worker, rank) with a measured prefill rate in use */
     uint64_t rates_evicted;     /* stalest rates dropped past 65,536 (worker, rank) */
+    /* the ttft model's measured error (tie_from_error; 0 until 16 timings) */
+    double ttft_error;
+    uint64_t ttft_error_samples;
     uint64_t approx_workers;    /* (worker, rank) with blocks in the approximate index */
     uint64_t approx_blocks;     /* blocks held there */
     uint64_t approx_pruned;     /* blocks forgotten because a (worker, rank) held approx_max_blocks */

@@ -456,6 +456,8 @@ kvr_route_status route_booking_prefill_done(route_bookings *b, uint64_t owner, c
         pending_unlink(bk->load, bk, now);
         b->prefill_done++;
         double t = ttft_s >= 0 ? ttft_s : now - bk->routed_at;
+        if (!owner)
+            route_ttft_error_sample(b, bk->predicted_s, t);
         if (bk->sample_rate && t > 0) {
             const route_load *l = bk->load;
             route_rate_sample(b, l->index, l->worker_id, l->dp_rank,

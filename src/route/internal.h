@@ -71,6 +71,10 @@ typedef struct route_rate {
 #define KVR_ROUTE_RATE_SAME 0.2
 /* Weight an old sample keeps when a new one arrives. */
 #define KVR_ROUTE_RATE_DECAY 0.9
+/* The prediction error's: it describes the model over the fleet, not one
+ * worker's speed now, so it remembers ~50 requests. */
+#define KVR_ROUTE_ERR_DECAY 0.98
+#define KVR_ROUTE_ERR_MIN_SAMPLES 16
 /* A booking aged out by its predicted decode end lives at least this long
  * after its prefill. */
 #define KVR_ROUTE_DECODE_EXPIRY_MIN_S 30.0
@@ -144,6 +148,7 @@ typedef struct route_booking {
     uint64_t decoding_at_route; /* the worker's decode context when it was routed */
     double routed_at;
     double decode_factor; /* prefill slowdown predicted at /route */
+    double predicted_s;   /* ttft: the time to first token predicted at /route (0: none) */
 } route_booking;
 
 typedef struct {
@@ -163,6 +168,11 @@ typedef struct {
     uint64_t n_rates, rate_samples;
     uint64_t rates_evicted; /* stalest rates dropped at KVR_ROUTE_MAX_RATES */
     route_edge_counts edges;
+    /* The ttft model's error, fleet-wide: decayed sums of |measured -
+     * predicted| and of predicted over this router's /prefill_done timings
+     * (route_ttft_error). */
+    double err_abs, err_pred;
+    uint64_t err_samples;
     struct route_slots *slots; /* per (model, group): slots.c */
 } route_bookings;
 
@@ -249,6 +259,12 @@ void route_rate_note_edge(route_bookings *b, uintptr_t index, uint64_t worker_id
 void route_rates_drop_edges(route_bookings *b);
 /* The worker's recent work at now (decayed). */
 double route_rate_recent_work(const route_rate *rt, double now);
+/* A local /prefill_done of a booking predicted at predicted_s that took
+ * measured_s; the error as a share of the predicted time, weighted by it
+ * (long prompts count for what they cost), 0 until
+ * KVR_ROUTE_ERR_MIN_SAMPLES. */
+void route_ttft_error_sample(route_bookings *b, double predicted_s, double measured_s);
+double route_ttft_error(const route_bookings *b);
 void route_rates_free(route_bookings *b);
 
 /* ---- per-(worker, rank) state slots (slots.c); caller holds kvr_router.mu -- */
@@ -606,6 +622,11 @@ void route_add_duplicate_cost(const route_cost_params *p, kvr_route_cost *c, con
 double route_uncached_tokens(const route_cost_params *p, const kvr_route_cost *c, uint64_t isl,
                              uint32_t bs);
 double route_decode_factor(const route_cost_params *p, const route_load *l);
+/* ttft: candidate c's predicted time to first token on load l, without the
+ * copy cost route_add_duplicate_cost adds to c->cost (what /prefill_done
+ * measures). */
+double route_ttft_predicted(const route_cost_params *p, const kvr_route_cost *c,
+                            const route_load *l, double now, uint64_t isl, uint32_t bs);
 /* Blocks a request holds on a worker scored with profile pr past its
  * routing blocks. */
 uint64_t route_unique_blocks_of(const route_profile *pr, uint64_t isl, uint32_t osl, uint32_t bs);

@@ -4,7 +4,9 @@
  * is then its own prefill, slowed by the decodes the worker was running.
  * Decode speed likewise, from /prefill_done to /free per output token: it
  * predicts when a booking whose /free was lost is finished. The same
- * samples fit, per (model, group), how much decoding slows prefill.
+ * samples fit, per (model, group), how much decoding slows prefill. And
+ * how far the ttft model's predictions fall from the timings, fleet-wide
+ * (tie_from_error reads it).
  * Bounded at KVR_ROUTE_MAX_RATES entries (worker churn brings new ids);
  * caller holds kvr_router.mu throughout. */
 #include <math.h>
@@ -164,6 +166,22 @@ double route_rate_measured(const route_rate *rt)
     if (!rt || rt->samples < KVR_ROUTE_RATE_MIN_SAMPLES || !(rt->seconds > 0))
         return 0;
     return rt->tokens / rt->seconds;
+}
+
+void route_ttft_error_sample(route_bookings *b, double predicted_s, double measured_s)
+{
+    if (!(predicted_s > 0) || !(measured_s > 0) || !isfinite(measured_s))
+        return;
+    b->err_abs = b->err_abs * KVR_ROUTE_ERR_DECAY + fabs(measured_s - predicted_s);
+    b->err_pred = b->err_pred * KVR_ROUTE_ERR_DECAY + predicted_s;
+    b->err_samples++;
+}
+
+double route_ttft_error(const route_bookings *b)
+{
+    if (b->err_samples < KVR_ROUTE_ERR_MIN_SAMPLES || !(b->err_pred > 0))
+        return 0;
+    return b->err_abs / b->err_pred;
 }
 
 void route_fit_sample(route_bookings *b, uintptr_t index, double tokens, double seconds,

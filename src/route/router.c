@@ -241,6 +241,8 @@ void kvr_router_stats_get(kvr_router *r, kvr_router_stats *out)
     out->bookings_aged_out = r->bk.aged_out;
     out->max_bookings = r->cfg.max_bookings;
     out->rate_samples = r->bk.rate_samples;
+    out->ttft_error = route_ttft_error(&r->bk);
+    out->ttft_error_samples = r->bk.err_samples;
     out->rates_evicted = r->bk.rates_evicted;
     out->edge_returned = r->bk.edges.returned;
     out->edge_aged_out = r->bk.edges.aged_out;

@@ -81,6 +81,9 @@ static const kvr_option router_rows[] = {
     ROW(decode_ahead, KVR_OPT_BOOL, 0, 1, "false",
         "ttft: the requests queued ahead of a request decode while it prefills (their context "
         "slows its prefill)"),
+    ROW(tie_from_error, KVR_OPT_BOOL, 0, 1, "false",
+        "ttft: past a predicted second, costs within the model's measured error of the lowest "
+        "tie too"),
     ROW(max_bookings, KVR_OPT_U64, 0, 18446744073709551615.0, "262144",
         "active bookings at most; /route beyond it gets 429 (0: unlimited)"),
     ROW(decode_expiry_factor, KVR_OPT_DOUBLE, 0, HUGE_VAL, "4",

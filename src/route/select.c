@@ -74,7 +74,8 @@ static size_t pick_argmin(kvr_router *r, kvr_route_cost *c, size_t n, size_t *ti
 
 /* ttft: the candidates within tie_tolerance of the lowest predicted TTFT
  * (and within KVR_ROUTE_TIE_MAX_S of it: a long prompt's 5 % is too long a
- * wait to give away; past 1 s within KVR_ROUTE_TIE_MAX_S / cost^2) are as
+ * wait to give away; past 1 s within KVR_ROUTE_TIE_MAX_S / cost^2, or with
+ * tie_from_error within the model's measured error x cost if wider) are as
  * good as the model can tell (its rates and
  * slowdowns are estimates),
  * provided they give up at most tie_tolerance of the request's tokens of
@@ -113,7 +114,7 @@ static bool same_loss(const kvr_route_cost *a, const kvr_route_cost *b)
  * SIZE_MAX. With edge_tie (lru_edge tie) the fewest tokens pushed past the
  * worker's LRU edge come before the least recent work. */
 static size_t pick_balanced(kvr_router *r, kvr_route_cost *c, route_idle_split *sp, size_t n,
-                            double tol, uint64_t isl, kvr_route_reason *reason, bool *tied,
+                            double tol, double err, uint64_t isl, kvr_route_reason *reason, bool *tied,
                             size_t *draw, bool edge_tie)
 {
     const uint32_t *mult = sp->mult;
@@ -128,6 +129,12 @@ static size_t pick_balanced(kvr_router *r, kvr_route_cost *c, route_idle_split *
      * square of its cost (4 s: 6 ms): the largest prompts set the TTFT
      * tail, and spreading them buys less than it costs there. */
     double tail = KVR_ROUTE_TIE_MAX_S / (c[best].cost * c[best].cost);
+    /* tie_from_error: at least the model's measured error of such a wait
+     * (err > 0 once measured; ve16's 2 % is 80 ms of a 4 s prompt), still
+     * within the window above. Only wider: where the model errs little
+     * (h32d2, 0.13 %) the narrower window moved the p99 (+25 ms). */
+    if (err * c[best].cost > tail)
+        tail = err * c[best].cost;
     if (c[best].cost > 1.0 && window > tail)
         window = tail;
     double limit = c[best].cost + window + 1e-12, most = c[best].credit;
@@ -187,6 +194,9 @@ static kvr_route_status book(kvr_router *r, kvr_index *idx, const route_cost_par
     const route_profile *pr = &s->profiles[k];
     uint64_t added = 0;
     route_booking *bk = NULL;
+    /* before the booking joins the load's queue */
+    double predicted = p->model == KVR_COST_TTFT && l ? route_ttft_predicted(p, c, l, now, isl, bs)
+                                                      : 0;
     int b = l ? route_book(&r->bk, req->request_id, l, prefill, pr->hashes, (uint32_t)pr->n_blocks,
                            unique[k], now, &added, &bk)
               : -1;
@@ -198,6 +208,7 @@ static kvr_route_status book(kvr_router *r, kvr_index *idx, const route_cost_par
     bk->sample_rate = r->cfg.learn_prefill_rate && c->active_prefill_tokens == 0 &&
                       prefill >= KVR_ROUTE_RATE_MIN_TOKENS;
     bk->decode_factor = route_decode_factor(p, l);
+    bk->predicted_s = predicted;
     bk->decoding_at_route = l->decode_context;
     bk->context = isl + req->osl / 2;
     bk->osl = req->osl;
@@ -319,8 +330,9 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
     } else {
         if (p.model == KVR_COST_TTFT) {
             size_t draw;
-            pick_at = pick_balanced(r, c, &sp, n, r->cfg.tie_tolerance, isl, &reason, s->tied,
-                                    &draw, p.edge_tie);
+            double err = r->cfg.tie_from_error ? route_ttft_error(&r->bk) : 0;
+            pick_at = pick_balanced(r, c, &sp, n, r->cfg.tie_tolerance, err, isl, &reason,
+                                    s->tied, &draw, p.edge_tie);
             size_t drawn_at;
             if (draw != SIZE_MAX &&
                 (pick = route_idle_kth(&sp, n, s->tied, draw, &drawn_at)) != SIZE_MAX)

@@ -359,6 +359,54 @@ static void test_long_requests_tie_less(void **state)
     done(f);
 }
 
+/* tie_from_error: the requests of test_long_requests_tie_less once the
+ * router has timed 16 requests on worker 1 at 2 % (then 0.5 %) above the
+ * 4.064 s it predicted for each. The model's error, 2 %, is 81 ms of a
+ * 4.064 s prompt: worker 2's 32 ms more tie with worker 1, and worker 1,
+ * with all the recent work, loses the request. At 0.5 % (20 ms) worker 1
+ * keeps it, as it does with the option off whatever the error (6 ms). */
+static bool from_error;
+static void slow_prefill_from_error(kvr_router_config *c)
+{
+    slow_prefill(c);
+    c->tie_from_error = from_error;
+}
+
+static void test_tie_window_from_measured_error(void **state)
+{
+    (void)state;
+    const double errs[] = {0.02, 0.005};
+    for (int on = 0; on < 2; on++)
+        for (size_t e = 0; e < 2; e++) {
+            from_error = on;
+            fx *f = make_with(slow_prefill_from_error);
+            worker_with(f, 1, 2);
+            worker_with(f, 2, 0);
+            char id[16];
+            for (int i = 0; i < 16; i++) {
+                snprintf(id, sizeof id, "t%d", i);
+                kvr_route_decision d = route_n(f, id, N, 1);
+                double predicted = d.cost;
+                kvr_route_decision_free(&d);
+                assert_true(near(predicted, 1016 / 250.0));
+                assert_int_equal(
+                    kvr_router_prefill_done_after(f->r, id, predicted * (1 + errs[e])),
+                    KVR_ROUTE_OK);
+                assert_int_equal(kvr_router_release(f->r, id), KVR_ROUTE_OK);
+                kvr_router_stats st;
+                kvr_router_stats_get(f->r, &st);
+                assert_int_equal(st.ttft_error_samples, (uint64_t)i + 1);
+                assert_true(i < 15 ? st.ttft_error == 0 : near(st.ttft_error, errs[e]));
+            }
+            kvr_route_decision d = route_n(f, "l", N, 0);
+            bool wide = on && e == 0;
+            assert_int_equal(d.worker_id, wide ? 2 : 1);
+            assert_int_equal(d.reason, wide ? KVR_REASON_BALANCED : KVR_REASON_BEST_COST);
+            kvr_route_decision_free(&d);
+            done(f);
+        }
+}
+
 /* The decode slowdown is fitted from the rate samples: 40 requests of 1024
  * tokens, each alone on worker 1 while 0, 16, 32, 48 or 64 decodes of 1024
  * context tokens run there, take 1024 x (1 + 2e-5 x context) / 1e4 s. The
@@ -677,6 +725,7 @@ int main(void)
         cmocka_unit_test(test_near_ties_go_to_least_recent_work),
         cmocka_unit_test(test_booked_work_reaches_a_bound_slot),
         cmocka_unit_test(test_long_requests_tie_less),
+        cmocka_unit_test(test_tie_window_from_measured_error),
         cmocka_unit_test(test_rate_learned_from_prefill_done),
         cmocka_unit_test(test_learned_rate_reaches_a_bound_slot),
         cmocka_unit_test(test_no_learning_keeps_configured_rate),
