@@ -194,9 +194,17 @@ static kvr_route_status book(kvr_router *r, kvr_index *idx, const route_cost_par
     const route_profile *pr = &s->profiles[k];
     uint64_t added = 0;
     route_booking *bk = NULL;
-    /* before the booking joins the load's queue */
-    double predicted = p->model == KVR_COST_TTFT && l ? route_ttft_predicted(p, c, l, now, isl, bs)
-                                                      : 0;
+    /* The model's error is timed only where its rate is no guess (measured
+     * there, registered, or the operator's with learning off): a fleet's
+     * first requests, priced at the default rate, would read as the
+     * model's error for the next hundred. Before the booking joins the
+     * load's queue. */
+    bool known_rate = !r->cfg.learn_prefill_rate || q->entries[pick].prefill_tps > 0 ||
+                      route_rate_measured(route_rate_find(&r->bk, (uintptr_t)idx, c->worker_id,
+                                                          c->dp_rank)) > 0;
+    double predicted = p->model == KVR_COST_TTFT && l && known_rate
+                           ? route_ttft_predicted(p, c, l, now, isl, bs)
+                           : 0;
     int b = l ? route_book(&r->bk, req->request_id, l, prefill, pr->hashes, (uint32_t)pr->n_blocks,
                            unique[k], now, &added, &bk)
               : -1;
