@@ -189,6 +189,9 @@ static void test_rate_learned_from_prefill_done(void **state)
     kvr_router_stats_get(f->r, &st);
     assert_int_equal(st.rate_samples, KVR_ROUTE_RATE_MIN_SAMPLES + 1);
     assert_int_equal(st.rates_learned, 1);
+    /* None of these was priced at its worker's measured rate: no timing of
+     * the model's error (tie_from_error) yet. */
+    assert_int_equal(st.ttft_error_samples, 0);
     /* Queued behind "x" (not released): no sample. */
     d = route_n(f, "y", N, 2);
     kvr_route_decision_free(&d);
