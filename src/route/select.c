@@ -200,8 +200,7 @@ static kvr_route_status book(kvr_router *r, kvr_index *idx, const route_cost_par
      * model's error for the next hundred. Before the booking joins the
      * load's queue. */
     bool known_rate = !r->cfg.learn_prefill_rate || q->entries[pick].prefill_tps > 0 ||
-                      route_rate_measured(route_rate_find(&r->bk, (uintptr_t)idx, c->worker_id,
-                                                          c->dp_rank)) > 0;
+                      route_rate_measured(s->states[pick]->rate) > 0;
     double predicted = p->model == KVR_COST_TTFT && l && known_rate
                            ? route_ttft_predicted(p, c, l, now, isl, bs)
                            : 0;
