@@ -505,8 +505,6 @@ static void test_no_learning_keeps_configured_rate(void **state)
     done(f);
 }
 
-/* The decode factor is bounded: 120 decoding bookings of 256 distinct
- * blocks hold 122880 tokens, x 5e-6 = 0.61 above the cap 0.5. */
 static bool ahead_on;
 static void decode_ahead_exact(kvr_router_config *c)
 {
@@ -565,6 +563,8 @@ static void test_decode_ahead_slows_the_prefill_behind_the_queue(void **state)
     }
 }
 
+/* The decode factor is bounded: 120 decoding bookings of 256 distinct
+ * blocks hold 122880 tokens, x 5e-6 = 0.61 above the cap 0.5. */
 static void small_cap(kvr_router_config *c) { c->max_decode_slowdown = 0.5; }
 
 static void test_decode_factor_bounded(void **state)
