@@ -22,8 +22,8 @@
 # MATRIX_SHAPES (names from the table below, default all), MATRIX_POLICIES
 # (default kvrouter and the four baselines; "kvrouter,approx_tree" for a
 # rule's rows that scripts/matrix_pair.py pairs with a full run's, whose
-# baselines do not depend on the router's options). About 5 minutes
-# on 2 cores with the defaults.
+# baselines do not depend on the router's options). About 9 minutes
+# on an idle 2-core machine with the defaults (README, Routing quality).
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
