@@ -164,6 +164,7 @@ typedef struct {
     uint64_t aged_out; /* expired at their predicted decode end */
     double decode_expiry_factor;
     kvr_u64map rates;  /* route_wr_key -> route_rate* (chained) */
+    struct route_rate *last_rate; /* rates.c's latest lookup (NULL once freed) */
     kvr_u64map fits;   /* index -> route_decode_fit* (one per (model, group)) */
     uint64_t n_rates, rate_samples;
     uint64_t rates_evicted; /* stalest rates dropped at KVR_ROUTE_MAX_RATES */

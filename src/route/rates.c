@@ -45,6 +45,8 @@ static void rate_unlink(route_bookings *b, route_rate *rt)
             }
     }
     b->n_rates--;
+    if (b->last_rate == rt)
+        b->last_rate = NULL;
     uintptr_t index = rt->index;
     uint64_t worker_id = rt->worker_id;
     uint32_t dp_rank = rt->dp_rank;
@@ -70,6 +72,8 @@ static void evict_stalest(route_bookings *b)
     }
 }
 
+/* The rate of (index, worker, rank), created when new; kept in
+ * b->last_rate for route_rate_note_edge. */
 static route_rate *rate_get(route_bookings *b, uintptr_t index, uint64_t worker_id,
                             uint32_t dp_rank)
 {
@@ -92,6 +96,7 @@ static route_rate *rate_get(route_bookings *b, uintptr_t index, uint64_t worker_
         b->n_rates++;
         route_slot_changed(b, index, worker_id, dp_rank);
     }
+    b->last_rate = rt;
     return rt;
 }
 
@@ -151,7 +156,11 @@ void route_rate_note_edge(route_bookings *b, uintptr_t index, uint64_t worker_id
                           uint32_t matched, double matched_tokens, double prompt_tokens,
                           double intake_tokens, double capacity, double now)
 {
-    route_rate *rt = rate_get(b, index, worker_id, dp_rank);
+    /* A booking adds its work (route_rate_add_work) and then notes its
+     * prompt here: the rate that call found, without a second lookup. */
+    route_rate *rt = b->last_rate;
+    if (!rt || rt->index != index || rt->worker_id != worker_id || rt->dp_rank != dp_rank)
+        rt = rate_get(b, index, worker_id, dp_rank);
     if (!rt)
         return;
     rt->updated_at = now;
@@ -252,6 +261,7 @@ void route_rates_free(route_bookings *b)
     }
     kvr_u64map_free(&b->rates);
     b->n_rates = 0;
+    b->last_rate = NULL;
     it = 0;
     while (kvr_u64map_next(&b->fits, &it, &k, &v))
         free((void *)(uintptr_t)v);
