@@ -256,6 +256,16 @@ void kvr_metrics_router(kvr_metrics_ctx *m)
     counter(b, "kvr_router_rates_evicted_total",
             "Stalest learned rates dropped: 65,536 (worker, rank) rates were held",
             st.rates_evicted);
+    counter(b, "kvr_router_ttft_error_samples_total",
+            "/prefill_done timings that measured the ttft model's error (priced at a measured or "
+            "registered rate)",
+            st.ttft_error_samples);
+    /* a ratio, so printed as one: the uint64 gauge() would read 0 */
+    kvr_metrics_family(b, "kvr_router_ttft_error_ratio", "gauge",
+                       "The ttft model's measured error: decayed |measured - predicted| over "
+                       "predicted TTFT (0 until 16 timings; tie_from_error widens the tie "
+                       "window by it)");
+    kvr_sbuf_printf(b, "kvr_router_ttft_error_ratio %.6g\n", st.ttft_error);
     kvr_metrics_split(b, "kvr_router_edge_prompts_total", "counter",
                       "lru_edge: prompts at a worker's LRU edge, by how they left it (a later "
                       "turn came back to it, or it aged out first)",

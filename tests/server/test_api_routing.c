@@ -69,6 +69,38 @@ static void test_max_bookings_is_429_naming_the_limit(void **state)
     kvr_server_stop(srv);
 }
 
+/* The ttft model's error is in /metrics: at a registered rate every
+ * /prefill_done is a timing, none counts as an error until 16 are in, and
+ * reported first tokens far slower than predicted read as a large ratio. */
+static void test_ttft_error_is_measured_from_prefill_done(void **state)
+{
+    (void)state;
+    char base[64];
+    kvr_server *srv = start(base, sizeof base, 0);
+    assert_int_equal(th_register(base,
+                                 "{\"instance_id\": 1, \"model_name\": \"m\", \"block_size\": 4, "
+                                 "\"kv_events\": false, \"prefill_tps\": 1000}",
+                                 NULL),
+                     201);
+    for (int i = 0; i < 16; i++) {
+        char id[16], tokens[64], body[96];
+        snprintf(id, sizeof id, "r%d", i);
+        /* a prompt of its own: a cached one would be predicted no prefill */
+        snprintf(tokens, sizeof tokens, "%d,2,3,4,5,6,7,8", 100 + i);
+        assert_int_equal(route(base, id, tokens, NULL, NULL), 200);
+        snprintf(body, sizeof body, "{\"request_id\": \"%s\", \"ttft_ms\": 10000}", id);
+        long st = 0;
+        json_decref(th_json("POST", base, "/prefill_done", body, &st));
+        assert_int_equal(st, 200);
+        assert_int_equal(th_metric(base, "kvr_router_ttft_error_samples_total"), i + 1);
+        if (i < 15)
+            assert_true(th_metric(base, "kvr_router_ttft_error_ratio") == 0);
+    }
+    /* 10 s against a prediction well under one */
+    assert_true(th_metric(base, "kvr_router_ttft_error_ratio") > 1);
+    kvr_server_stop(srv);
+}
+
 /* Worker 2 publishes nothing (kv_events false). A request pinned to it
  * makes what it sent its cache, so a follow-up sharing the first two blocks
  * goes there with 8 tokens of overlap, although worker 1 is as idle. */
@@ -106,6 +138,9 @@ static void test_worker_without_events_routes_by_prefix(void **state)
     assert_int_equal(th_metric(base, "kvr_router_rate_samples_total"), 0);
     assert_int_equal(th_metric(base, "kvr_router_rates_learned"), 0);
     assert_int_equal(th_metric(base, "kvr_router_rates_evicted_total"), 0);
+    /* worker 2's rate is registered, so its one timing is a sample */
+    assert_int_equal(th_metric(base, "kvr_router_ttft_error_samples_total"), 1);
+    assert_int_equal(th_metric(base, "kvr_router_ttft_error_ratio"), 0);
     assert_int_equal(th_metric(base, "kvr_router_bookings_aged_out_total"), 0);
     /* lru_edge off: no edge kept, nothing counted (the series are there) */
     assert_int_equal(th_metric(base, "kvr_router_edge_prompts_total{outcome=\"returned\"}"), 0);
@@ -364,6 +399,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_max_bookings_is_429_naming_the_limit),
+        cmocka_unit_test(test_ttft_error_is_measured_from_prefill_done),
         cmocka_unit_test(test_worker_without_events_routes_by_prefix),
         cmocka_unit_test(test_worker_without_events_needs_no_endpoint),
         cmocka_unit_test(test_worker_without_events_keeps_its_dp_ranks),
