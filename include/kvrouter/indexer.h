@@ -225,9 +225,9 @@ typedef struct {
     uint32_t image_token_id;
     uint64_t max_total_num_tokens; /* as registered, 0 = unknown */
     /* the capacity the router uses (kvr_worker_caps.kv_capacity_tokens),
-     * 0 = unknown; estimated: from events, none registered */
+     * 0 = unknown; with max_total_num_tokens 0 it is the estimate from
+     * events */
     uint64_t kv_capacity_tokens;
-    bool kv_capacity_estimated;
     uint64_t lora_seed;            /* hash seed of the worker's adapter, no salt */
     uint32_t n_ranks;              /* entries written below, sorted by dp_rank */
     uint32_t n_ranks_total;        /* ranks with state (may exceed KVR_MAX_RANKS_INFO) */

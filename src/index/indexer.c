@@ -368,15 +368,11 @@ bool kvr_ix_accepts_effective(const kvr_worker *w)
     return !atomic_load(&w->wide_seen);
 }
 
-uint64_t kvr_ix_kv_capacity(kvr_worker *w, bool *estimated)
+uint64_t kvr_ix_kv_capacity(kvr_worker *w)
 {
-    *estimated = !w->conf.max_total_num_tokens;
-    if (!*estimated)
+    if (w->conf.max_total_num_tokens)
         return w->conf.max_total_num_tokens;
-    uint64_t t = atomic_load_explicit(&w->peak_gpu_blocks, memory_order_relaxed) *
-                 w->conf.block_size;
-    *estimated = t != 0;
-    return t;
+    return atomic_load_explicit(&w->peak_gpu_blocks, memory_order_relaxed) * w->conf.block_size;
 }
 
 /* Caller holds the registry lock (shared). */
@@ -397,8 +393,7 @@ static void caps_fill(kvr_worker *w, kvr_worker_caps *c)
     c->lora_name[n] = 0;
     c->kv_events = w->conf.kv_events;
     c->prefill_tps = w->conf.prefill_tps;
-    bool estimated;
-    c->kv_capacity_tokens = kvr_ix_kv_capacity(w, &estimated);
+    c->kv_capacity_tokens = kvr_ix_kv_capacity(w);
     c->rank_bits = atomic_load_explicit(&w->rank_bits, memory_order_relaxed);
     c->wide_ranks = atomic_load_explicit(&w->wide_ranks, memory_order_relaxed);
 }

@@ -45,7 +45,7 @@ static void worker_info(kvr_worker *w, kvr_worker_info *out)
     out->has_image_token_id = w->conf.has_image_token_id;
     out->image_token_id = w->conf.image_token_id;
     out->max_total_num_tokens = w->conf.max_total_num_tokens;
-    out->kv_capacity_tokens = kvr_ix_kv_capacity(w, &out->kv_capacity_estimated);
+    out->kv_capacity_tokens = kvr_ix_kv_capacity(w);
     out->lora_seed = w->lora_seed;
     out->wide_seen = atomic_load(&w->wide_seen);
     out->resets = w->resets;

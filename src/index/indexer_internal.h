@@ -137,7 +137,7 @@ void kvr_ix_worker_drop_state(kvr_worker *w);
 bool kvr_ix_accepts_effective(const kvr_worker *w);
 /* The KV capacity per rank in tokens the router uses
  * (kvr_worker_caps.kv_capacity_tokens): as registered, else the estimate
- * from events (*estimated set), else 0. */
-uint64_t kvr_ix_kv_capacity(kvr_worker *w, bool *estimated);
+ * from events, else 0. */
+uint64_t kvr_ix_kv_capacity(kvr_worker *w);
 
 #endif

@@ -147,7 +147,7 @@ static json_t *counters_json(const kvr_worker_info *wi, const kvr_listener_info 
 static void capacity_json(json_t *caps, const kvr_worker_info *wi, bool discovered)
 {
     const char *from = !wi->kv_capacity_tokens      ? NULL
-                       : wi->kv_capacity_estimated ? "estimated"
+                       : !wi->max_total_num_tokens ? "estimated"
                        : discovered                ? "discovered"
                                                    : "registered";
     json_object_set_new(caps, "kv_capacity_tokens",
