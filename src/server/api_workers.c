@@ -186,7 +186,6 @@ static json_t *worker_json(const kvr_worker_info *wi, const kvr_listener_info *l
                         wi->max_total_num_tokens
                             ? json_integer((json_int_t)wi->max_total_num_tokens)
                             : json_null());
-    capacity_json(caps, wi, false);
     json_object_set_new(w, "capabilities", caps);
     json_object_set_new(w, "counters", counters_json(wi, ls, n_ls));
     json_object_set_new(w, "resets", json_integer((json_int_t)wi->resets));
@@ -221,8 +220,9 @@ void kvr_api_workers(kvr_server *srv, json_t *args, kvr_api_reply *reply)
             (group && strcmp(group, wi->routing_group) != 0))
             continue;
         json_t *w = worker_json(wi, s.listeners + s.first[i], s.first[i + 1] - s.first[i]);
-        if (kvr_api_worker_discovery(w, &engines, wi))
-            capacity_json(json_object_get(w, "capabilities"), wi, true);
+        /* the capacity's source says whether discovery registered it */
+        capacity_json(json_object_get(w, "capabilities"), wi,
+                      kvr_api_worker_discovery(w, &engines, wi));
         json_array_append_new(arr, w);
     }
     kvr_engine_infos_free(&engines);
