@@ -248,15 +248,13 @@ static int read_publisher(const json_t *info, const char *engine_host, kvr_readi
  * its listeners and every other fact it gave. */
 static void read_capacity(const json_t *j, kvr_reading *r)
 {
-    json_t *v = json_object_get(j, "max_total_num_tokens");
-    r->info.max_total_num_tokens = 0;
-    if (!v || json_is_null(v))
-        return;
-    json_int_t n = json_is_integer(v) ? json_integer_value(v) : 0;
-    if (n >= 1 && (uint64_t)n <= KVR_MAX_KV_CAPACITY_TOKENS)
-        r->info.max_total_num_tokens = (uint64_t)n;
-    else
+    long long v = 0; /* left 0 when absent, null or refused */
+    bool has;
+    char why[1]; /* the refusal's message is not kept: the flag is counted */
+    if (kvr_edge_int(j, "max_total_num_tokens", "/server_info", 1,
+                     (long long)KVR_MAX_KV_CAPACITY_TOKENS, &v, &has, why, sizeof why) != 0)
         r->capacity_ignored = true;
+    r->info.max_total_num_tokens = (uint64_t)v;
 }
 
 int kvr_sglang_read_server_info(const char *body, size_t len, const char *host, kvr_reading *r,
