@@ -207,6 +207,37 @@ static void test_capacity_estimate_counts_held_blocks_once(void **state)
     free(info);
 }
 
+/* An engine that reuses a hash it holds for other content moves the
+ * ownership (the newest store wins, kvr_index_store's store_one): the
+ * block it left and the one it gained are one block held, not two. */
+static void test_capacity_estimate_moved_hash_holds_no_more(void **state)
+{
+    (void)state;
+    kept_gen = 0;
+    uint64_t tok[4 * B], other[2 * B], h[5] = {501, 502, 503, 504, 505};
+    text(tok, 4 * B, 90);
+    text(other, 2 * B, 95);
+    kvr_raw_event all = store_ev(h, 4, false, 0, tok, 4 * B);
+    apply(ix, w1, 0, &all, 1);
+    kvr_raw_event rm = remove_ev(h + 3, 1);
+    apply(ix, w1, 0, &rm, 1);
+    kvr_raw_event fill = store_ev(h + 4, 1, false, 0, other, B);
+    apply(ix, w1, 0, &fill, 1);
+    peak_is(w1, 4); /* full at 4; holds 4 again */
+    /* 502 (under 501) again, as a root with other tokens */
+    kvr_raw_event moved = store_ev(h + 1, 1, false, 0, other + B, B);
+    apply(ix, w1, 0, &moved, 1);
+    uint32_t req[4 * B], req_other[2 * B];
+    text32(req, 4 * B, 90);
+    text32(req_other, 2 * B, 95);
+    assert_int_equal(match_gpu(ix, 1, 0, req, 4 * B), 1); /* 502 left */
+    assert_int_equal(match_gpu(ix, 1, 0, req_other + B, B), 1); /* for this */
+    peak_is(w1, 4);
+    kvr_worker_info *info = info_of(ix, w1);
+    assert_int_equal(rank_of(info, 0)->blocks_stored, 4 + 1 + 1); /* applied, not dropped */
+    free(info);
+}
+
 static void test_batch_dp_rank_override_and_rank_isolation(void **state)
 {
     (void)state;
@@ -744,6 +775,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_tiers_reach, setup, teardown),
         cmocka_unit_test_setup_teardown(test_capacity_estimate_from_events, setup, teardown),
         cmocka_unit_test_setup_teardown(test_capacity_estimate_counts_held_blocks_once, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_capacity_estimate_moved_hash_holds_no_more, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_batch_dp_rank_override_and_rank_isolation, setup,
                                         teardown),
