@@ -164,7 +164,6 @@ typedef struct {
     uint64_t aged_out; /* expired at their predicted decode end */
     double decode_expiry_factor;
     kvr_u64map rates;  /* route_wr_key -> route_rate* (chained) */
-    struct route_rate *last_rate; /* rates.c's latest lookup (NULL once freed) */
     kvr_u64map fits;   /* index -> route_decode_fit* (one per (model, group)) */
     uint64_t n_rates, rate_samples;
     uint64_t rates_evicted; /* stalest rates dropped at KVR_ROUTE_MAX_RATES */
@@ -247,14 +246,15 @@ void route_rate_decode_sample(route_bookings *b, uintptr_t index, uint64_t worke
                               uint32_t dp_rank, double tokens, double seconds, double now);
 /* Measured decode seconds per output token, 0 until MIN_SAMPLES decodes. */
 double route_rate_decode_spt(const route_rate *rt);
-/* Adds `tokens` of prefill booked at now to the worker's recent work. */
-void route_rate_add_work(route_bookings *b, uintptr_t index, uint64_t worker_id,
-                         uint32_t dp_rank, double tokens, double now);
-/* Notes a booking at the worker's LRU edge (route_edge_note). */
-void route_rate_note_edge(route_bookings *b, uintptr_t index, uint64_t worker_id,
-                          uint32_t dp_rank, const uint64_t *hashes, uint32_t n_blocks,
-                          uint32_t matched, double matched_tokens, double prompt_tokens,
-                          double intake_tokens, double capacity, double now);
+/* Adds `tokens` of prefill booked at now to the worker's recent work;
+ * returns its rate (NULL out of memory) for route_rate_note_edge. */
+route_rate *route_rate_add_work(route_bookings *b, uintptr_t index, uint64_t worker_id,
+                                uint32_t dp_rank, double tokens, double now);
+/* Notes a booking at the LRU edge of the rate route_rate_add_work returned
+ * (route_edge_note; nothing when rt is NULL). */
+void route_rate_note_edge(route_bookings *b, route_rate *rt, const uint64_t *hashes,
+                          uint32_t n_blocks, uint32_t matched, double matched_tokens,
+                          double prompt_tokens, double intake_tokens, double capacity, double now);
 /* Frees every worker's LRU edge (lru_edge turned off: no booking notes
  * one any more, so what they hold would only grow stale). */
 void route_rates_drop_edges(route_bookings *b);

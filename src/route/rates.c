@@ -45,8 +45,6 @@ static void rate_unlink(route_bookings *b, route_rate *rt)
             }
     }
     b->n_rates--;
-    if (b->last_rate == rt)
-        b->last_rate = NULL;
     uintptr_t index = rt->index;
     uint64_t worker_id = rt->worker_id;
     uint32_t dp_rank = rt->dp_rank;
@@ -72,8 +70,7 @@ static void evict_stalest(route_bookings *b)
     }
 }
 
-/* The rate of (index, worker, rank), created when new; kept in
- * b->last_rate for route_rate_note_edge. */
+/* The rate of (index, worker, rank), created when new. */
 static route_rate *rate_get(route_bookings *b, uintptr_t index, uint64_t worker_id,
                             uint32_t dp_rank)
 {
@@ -96,7 +93,6 @@ static route_rate *rate_get(route_bookings *b, uintptr_t index, uint64_t worker_
         b->n_rates++;
         route_slot_changed(b, index, worker_id, dp_rank);
     }
-    b->last_rate = rt;
     return rt;
 }
 
@@ -140,27 +136,22 @@ double route_rate_recent_work(const route_rate *rt, double now)
     return rt->work * exp(-age / KVR_ROUTE_WORK_TAU_S);
 }
 
-void route_rate_add_work(route_bookings *b, uintptr_t index, uint64_t worker_id,
-                         uint32_t dp_rank, double tokens, double now)
+route_rate *route_rate_add_work(route_bookings *b, uintptr_t index, uint64_t worker_id,
+                                uint32_t dp_rank, double tokens, double now)
 {
     route_rate *rt = rate_get(b, index, worker_id, dp_rank);
     if (!rt)
-        return;
+        return NULL;
     rt->work = route_rate_recent_work(rt, now) + tokens;
     rt->work_at = now;
     rt->updated_at = now;
+    return rt;
 }
 
-void route_rate_note_edge(route_bookings *b, uintptr_t index, uint64_t worker_id,
-                          uint32_t dp_rank, const uint64_t *hashes, uint32_t n_blocks,
-                          uint32_t matched, double matched_tokens, double prompt_tokens,
-                          double intake_tokens, double capacity, double now)
+void route_rate_note_edge(route_bookings *b, route_rate *rt, const uint64_t *hashes,
+                          uint32_t n_blocks, uint32_t matched, double matched_tokens,
+                          double prompt_tokens, double intake_tokens, double capacity, double now)
 {
-    /* A booking adds its work (route_rate_add_work) and then notes its
-     * prompt here: the rate that call found, without a second lookup. */
-    route_rate *rt = b->last_rate;
-    if (!rt || rt->index != index || rt->worker_id != worker_id || rt->dp_rank != dp_rank)
-        rt = rate_get(b, index, worker_id, dp_rank);
     if (!rt)
         return;
     rt->updated_at = now;
@@ -261,7 +252,6 @@ void route_rates_free(route_bookings *b)
     }
     kvr_u64map_free(&b->rates);
     b->n_rates = 0;
-    b->last_rate = NULL;
     it = 0;
     while (kvr_u64map_next(&b->fits, &it, &k, &v))
         free((void *)(uintptr_t)v);

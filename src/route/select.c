@@ -223,14 +223,15 @@ static kvr_route_status book(kvr_router *r, kvr_index *idx, const route_cost_par
     if (q->entries[pick].approximate)
         route_approx_note(&r->approx, (uintptr_t)idx, c->worker_id, c->dp_rank, pr->hashes,
                           (uint32_t)pr->n_blocks, now);
-    route_rate_add_work(&r->bk, (uintptr_t)idx, c->worker_id, c->dp_rank, (double)prefill, now);
+    route_rate *rt =
+        route_rate_add_work(&r->bk, (uintptr_t)idx, c->worker_id, c->dp_rank, (double)prefill, now);
     if (p->model == KVR_COST_TTFT && (p->edge_cost || p->edge_tie)) {
         /* what the worker's GPU cache takes in: the prompt past its hit
          * (kept only while a rule reads it: it is memory per worker) */
         uint64_t intake = isl > cached ? isl - cached : 0;
-        route_rate_note_edge(&r->bk, (uintptr_t)idx, c->worker_id, c->dp_rank, pr->hashes,
-                             (uint32_t)pr->n_blocks, c->gpu_blocks, (double)cached, (double)isl,
-                             (double)intake, (double)q->entries[pick].kv_capacity_tokens, now);
+        route_rate_note_edge(&r->bk, rt, pr->hashes, (uint32_t)pr->n_blocks, c->gpu_blocks,
+                             (double)cached, (double)isl, (double)intake,
+                             (double)q->entries[pick].kv_capacity_tokens, now);
     }
     out->booked_prefill_tokens = prefill;
     out->booked_blocks = added;
