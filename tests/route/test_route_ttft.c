@@ -410,6 +410,50 @@ static void test_tie_window_from_measured_error(void **state)
         }
 }
 
+/* The model's error is timed against the predicted time to first token
+ * alone, not the copy cost the pick's cost carries (route_ttft_predicted):
+ * worker 1 caches 200 of the 256 blocks behind a queue of 2,000 tokens,
+ * so idle worker 2 takes each request at 0.1824 s, its 1024 tokens plus
+ * the 800 it would copy (recompute_weight 1, 10,000 tokens/s), of which
+ * 0.1024 s is its TTFT. Each takes 2 % more than 0.1024 s: the error read
+ * is 2 %, with tie_from_error off too (timed either way, in /metrics). */
+static void copy_cost_no_guess(kvr_router_config *c)
+{
+    c->recompute_weight = 1;
+    c->tie_tolerance = 0;
+    c->learn_prefill_rate = false;
+}
+
+static void test_error_timed_against_the_ttft_without_copy_cost(void **state)
+{
+    (void)state;
+    fx *f = make_with(copy_cost_no_guess);
+    worker_with(f, 1, 200);
+    worker_with(f, 2, 0);
+    uint32_t saved = f->tokens[0];
+    f->tokens[0] = 5;
+    kvr_route_decision d = route_n(f, "q", 500 * BS, 1);
+    kvr_route_decision_free(&d);
+    f->tokens[0] = saved;
+    char id[16];
+    for (int i = 0; i < 16; i++) {
+        snprintf(id, sizeof id, "t%d", i);
+        d = route_n(f, id, N, 0);
+        assert_int_equal(d.worker_id, 2);
+        assert_true(near(d.cost, (1024 + 800) / 1e4));
+        kvr_route_decision_free(&d);
+        assert_int_equal(kvr_router_prefill_done_after(f->r, id, 1024 / 1e4 * 1.02),
+                         KVR_ROUTE_OK);
+        assert_int_equal(kvr_router_release(f->r, id), KVR_ROUTE_OK);
+    }
+    kvr_router_stats st;
+    kvr_router_stats_get(f->r, &st);
+    assert_int_equal(st.ttft_error_samples, 16);
+    if (!near(st.ttft_error, 0.02))
+        fail_msg("error %g, want 0.02 of the 0.1024 s TTFT", st.ttft_error);
+    done(f);
+}
+
 /* The decode slowdown is fitted from the rate samples: 40 requests of 1024
  * tokens, each alone on worker 1 while 0, 16, 32, 48 or 64 decodes of 1024
  * context tokens run there, take 1024 x (1 + 2e-5 x context) / 1e4 s. The
@@ -729,6 +773,7 @@ int main(void)
         cmocka_unit_test(test_booked_work_reaches_a_bound_slot),
         cmocka_unit_test(test_long_requests_tie_less),
         cmocka_unit_test(test_tie_window_from_measured_error),
+        cmocka_unit_test(test_error_timed_against_the_ttft_without_copy_cost),
         cmocka_unit_test(test_rate_learned_from_prefill_done),
         cmocka_unit_test(test_learned_rate_reaches_a_bound_slot),
         cmocka_unit_test(test_no_learning_keeps_configured_rate),
