@@ -624,8 +624,8 @@ double route_uncached_tokens(const route_cost_params *p, const kvr_route_cost *c
                              uint32_t bs);
 double route_decode_factor(const route_cost_params *p, const route_load *l);
 /* ttft: candidate c's predicted time to first token on load l, without the
- * copy cost route_add_duplicate_cost adds to c->cost (what /prefill_done
- * measures). */
+ * copy cost route_add_duplicate_cost and the LRU-edge charge (lru_edge
+ * cost) add to c->cost: what /prefill_done measures. */
 double route_ttft_predicted(const route_cost_params *p, const kvr_route_cost *c,
                             const route_load *l, double now, uint64_t isl, uint32_t bs);
 /* Blocks a request holds on a worker scored with profile pr past its
