@@ -53,13 +53,14 @@ uint64_t kvr_index_now_ns(void);
 bool kvr_index_write_yield_due(kvr_index *idx, uint64_t slice_start_ns);
 bool kvr_index_write_yield(kvr_index *idx, uint64_t *slice_start_ns);
 /* kvr_index_store; *added gets how many (owner, tier) ownerships the store
- * gained, also when it stopped part way (what it applied before): blocks the
- * owner already held on the tier (an engine re-storing them, SPEC §6) add
- * none. The indexer's capacity estimate counts occupancy with it. */
+ * gained, net, also when it stopped part way (what it applied before):
+ * blocks the owner already held on the tier (an engine re-storing them,
+ * SPEC §6) add none, a hash moved onto one of them counts -1 (the block it
+ * left). The indexer's capacity estimate counts occupancy with it. */
 kvr_drop_reason kvr_index_store_locked(kvr_index *idx, kvr_owner owner, kvr_tier tier,
                                        bool has_parent, uint64_t parent,
                                        const uint64_t *engine_hashes,
-                                       const uint64_t *local_hashes, size_t n, size_t *added);
+                                       const uint64_t *local_hashes, size_t n, int64_t *added);
 size_t kvr_index_remove_locked(kvr_index *idx, kvr_owner owner, kvr_tier tier,
                                const uint64_t *engine_hashes, size_t n);
 void kvr_index_clear_owner_locked(kvr_index *idx, kvr_owner owner);

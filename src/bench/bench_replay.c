@@ -46,7 +46,7 @@ void kvr_bench_apply_event(kvr_index *idx, const kvr_bench_stream *s, const kvr_
     kvr_tier tier = (kvr_tier)op->tier;
     switch (op->kind) {
     case KVR_BOP_STORE:;
-        size_t added; /* the indexer's occupancy count: part of the store's cost */
+        int64_t added; /* the indexer's occupancy count: part of the store's cost */
         if ((locked ? kvr_index_store_locked(idx, o, tier, op->has_parent, op->parent, p,
                                              p + op->n, op->n, &added)
                     : kvr_index_store(idx, o, tier, op->has_parent, op->parent, p, p + op->n,

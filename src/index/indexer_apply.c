@@ -164,13 +164,18 @@ static kvr_drop_reason convert_store(kvr_worker *w, kvr_rank_state *r, const kvr
 }
 
 /* The occupancy that estimates the capacity (kvr_rank_state.gpu_held): n is
- * the ownerships a store gained (kvr_index_store_locked's count), not its
- * length: an engine re-storing blocks it holds fills nothing more. */
-static void gpu_stored(kvr_worker *w, kvr_rank_state *r, kvr_tier tier, size_t n)
+ * the ownerships a store gained (kvr_index_store_locked's net count), not
+ * its length: an engine re-storing blocks it holds fills nothing more. */
+static void gpu_stored(kvr_worker *w, kvr_rank_state *r, kvr_tier tier, int64_t n)
 {
     if (tier != KVR_TIER_GPU)
         return;
-    r->gpu_held += n;
+    if (n < 0) {
+        uint64_t left = (uint64_t)-n;
+        r->gpu_held -= left < r->gpu_held ? left : r->gpu_held;
+        return;
+    }
+    r->gpu_held += (uint64_t)n;
     if (r->gpu_evicted &&
         r->gpu_held > atomic_load_explicit(&w->peak_gpu_blocks, memory_order_relaxed)) {
         atomic_store_explicit(&w->peak_gpu_blocks, r->gpu_held, memory_order_relaxed);
@@ -189,7 +194,7 @@ static bool apply_store(kvr_worker *w, kvr_rank_state *r, const kvr_norm_event *
         return false;
     }
     kvr_drop_reason why = convert_store(w, r, ne);
-    size_t added = 0;
+    int64_t added = 0;
     if (why == KVR_DROP_NONE)
         why = kvr_index_store_locked(w->grp->idx, r->owner, ne->tier, ne->has_parent,
                                      ne->parent, ne->block_hashes, r->local, n, &added);
@@ -287,7 +292,7 @@ static void run_flush(kvr_worker *w, kvr_rank_state *r, store_run *run)
         return;
     run->n = 0;
     kvr_index *idx = w->grp->idx;
-    size_t added;
+    int64_t added;
     kvr_drop_reason why = kvr_index_store_locked(idx, r->owner, run->tier, run->has_parent,
                                                  run->parent, run->engine, run->local, n, &added);
     gpu_stored(w, r, run->tier, added);

@@ -138,28 +138,28 @@ static int leave(kvr_index *idx, uint32_t owner, uint32_t b, uint32_t entry)
 
 /* Block (e, l) of a store below cur, the general way; returns the block now
  * holding it, or KVR_NIL when the chain cannot continue. *added grows by 1
- * when the owner gains the tier on a block and did not just leave another
- * block holding e on it (the ownership moved: no more blocks held). */
+ * when the owner gains the tier on a block, and falls by 1 when it leaves
+ * another block holding e on it (the ownership moved: onto a block it did
+ * not hold, no more blocks held; onto one it held, one fewer). */
 static uint32_t store_one(kvr_index *idx, uint32_t owner, uint32_t bit, uint32_t cur, uint64_t e,
-                          uint64_t l, size_t *added)
+                          uint64_t l, int64_t *added)
 {
     uint32_t child = kvr_tree_child(idx, cur, l);
     uint32_t held, v = kvr_tree_lookup(idx, owner, e, &held);
-    bool moved = false;
     if (v != KVR_NIL && v != child) {
         /* The engine reuses a hash for other content: the newest store wins.
          * Leaving the old block can reclaim a subtree holding cur (when the
          * hash was an ancestor's): then the rest of the chain has no parent. */
         if (leave(idx, owner, v, held) < 0 || !kvr_tree_block_live(idx, cur))
             return KVR_NIL;
-        moved = (held & bit) != 0;
+        *added -= (held & bit) != 0;
         child = kvr_tree_child(idx, cur, l);
     }
     if (child == KVR_NIL) {
         bool oom = false;
         if (append(idx, owner, kvr_oset_entry(owner, bit, false), &cur, &e, &l, 1, &oom) != 1)
             return KVR_NIL;
-        *added += !moved;
+        *added += 1;
         return cur;
     }
     uint32_t entry = kvr_tree_entry(idx, child, owner);
@@ -168,7 +168,7 @@ static uint32_t store_one(kvr_index *idx, uint32_t owner, uint32_t bit, uint32_t
     if (kvr_tree_set_range(idx, child, 1, owner,
                            kvr_oset_entry(owner, (entry & KVR_OSET_TIERS) | bit, exc)) < 0)
         return KVR_NIL; /* out of memory: stop the chain here */
-    *added += !(entry & bit) && !moved;
+    *added += !(entry & bit);
     if (renamed) {
         /* the same block under a new engine hash: the new one replaces it */
         if (entry & KVR_OSET_EXC)
@@ -182,7 +182,7 @@ static uint32_t store_one(kvr_index *idx, uint32_t owner, uint32_t bit, uint32_t
 kvr_drop_reason kvr_index_store_locked(kvr_index *idx, kvr_owner owner, kvr_tier tier,
                                        bool has_parent, uint64_t parent,
                                        const uint64_t *engine_hashes,
-                                       const uint64_t *local_hashes, size_t n, size_t *added)
+                                       const uint64_t *local_hashes, size_t n, int64_t *added)
 {
     *added = 0;
     if ((unsigned)tier >= KVR_TIER_COUNT)
@@ -203,7 +203,7 @@ kvr_drop_reason kvr_index_store_locked(kvr_index *idx, kvr_owner owner, kvr_tier
             bool oom = false;
             size_t k = append(idx, owner, fresh, &cur, e + i, l + i, n - i, &oom);
             i += k;
-            *added += k;
+            *added += (int64_t)k;
             if (oom)
                 return KVR_DROP_PARENT_NOT_FOUND;
             if (i == n)
@@ -237,7 +237,7 @@ kvr_drop_reason kvr_index_store_locked(kvr_index *idx, kvr_owner owner, kvr_tier
         if (to != entry) {
             if (kvr_tree_set_range(idx, b, k, owner, to) < 0)
                 return KVR_DROP_PARENT_NOT_FOUND; /* out of memory: stop the chain here */
-            *added += k;
+            *added += (int64_t)k;
         }
         cur = b + k - 1;
         i += k;
@@ -251,7 +251,7 @@ kvr_drop_reason kvr_index_store(kvr_index *idx, kvr_owner owner, kvr_tier tier, 
 {
     if ((unsigned)tier >= KVR_TIER_COUNT)
         return KVR_DROP_UNKNOWN_TIER;
-    size_t added;
+    int64_t added;
     kvr_tree_write_lock(idx);
     kvr_drop_reason r = kvr_index_store_locked(idx, owner, tier, has_parent, parent,
                                                engine_hashes, local_hashes, n, &added);

@@ -207,6 +207,19 @@ static void test_capacity_estimate_counts_held_blocks_once(void **state)
     free(info);
 }
 
+/* w1 stores h[0..3] (tok's 4 blocks), evicts h[3] and stores h[4] (other's
+ * first block) as a root: full at 4 blocks, holding 4 again. */
+static void full_at_4(const uint64_t *h, uint64_t *tok, uint64_t *other)
+{
+    kvr_raw_event all = store_ev(h, 4, false, 0, tok, 4 * B);
+    apply(ix, w1, 0, &all, 1);
+    kvr_raw_event rm = remove_ev(h + 3, 1);
+    apply(ix, w1, 0, &rm, 1);
+    kvr_raw_event fill = store_ev(h + 4, 1, false, 0, other, B);
+    apply(ix, w1, 0, &fill, 1);
+    peak_is(w1, 4); /* full at 4; holds 4 again */
+}
+
 /* An engine that reuses a hash it holds for other content moves the
  * ownership (the newest store wins, kvr_index_store's store_one): the
  * block it left and the one it gained are one block held, not two. */
@@ -217,13 +230,7 @@ static void test_capacity_estimate_moved_hash_holds_no_more(void **state)
     uint64_t tok[4 * B], other[2 * B], h[5] = {501, 502, 503, 504, 505};
     text(tok, 4 * B, 90);
     text(other, 2 * B, 95);
-    kvr_raw_event all = store_ev(h, 4, false, 0, tok, 4 * B);
-    apply(ix, w1, 0, &all, 1);
-    kvr_raw_event rm = remove_ev(h + 3, 1);
-    apply(ix, w1, 0, &rm, 1);
-    kvr_raw_event fill = store_ev(h + 4, 1, false, 0, other, B);
-    apply(ix, w1, 0, &fill, 1);
-    peak_is(w1, 4); /* full at 4; holds 4 again */
+    full_at_4(h, tok, other);
     /* 502 (under 501) again, as a root with other tokens */
     kvr_raw_event moved = store_ev(h + 1, 1, false, 0, other + B, B);
     apply(ix, w1, 0, &moved, 1);
@@ -235,6 +242,30 @@ static void test_capacity_estimate_moved_hash_holds_no_more(void **state)
     peak_is(w1, 4);
     kvr_worker_info *info = info_of(ix, w1);
     assert_int_equal(rank_of(info, 0)->blocks_stored, 4 + 1 + 1); /* applied, not dropped */
+    free(info);
+}
+
+/* The move onto a block the engine already holds under another hash (502
+ * for 501's content): it leaves 502's block and gains nothing, one block
+ * fewer held. An engine full at 4 blocks that then stores one more holds 4. */
+static void test_capacity_estimate_move_onto_held_block_holds_one_less(void **state)
+{
+    (void)state;
+    kept_gen = 0;
+    uint64_t tok[4 * B], other[2 * B], h[6] = {501, 502, 503, 504, 505, 506};
+    text(tok, 4 * B, 90);
+    text(other, 2 * B, 95);
+    full_at_4(h, tok, other);
+    kvr_raw_event moved = store_ev(h + 1, 1, false, 0, tok, B); /* 501's content */
+    apply(ix, w1, 0, &moved, 1);
+    kvr_raw_event more = store_ev(h + 5, 1, false, 0, other + B, B);
+    apply(ix, w1, 0, &more, 1);
+    uint32_t req[4 * B];
+    text32(req, 4 * B, 90);
+    assert_int_equal(match_gpu(ix, 1, 0, req, 4 * B), 1); /* 502 left its block */
+    peak_is(w1, 4);
+    kvr_worker_info *info = info_of(ix, w1);
+    assert_int_equal(rank_of(info, 0)->blocks_stored, 4 + 1 + 1 + 1); /* applied, not dropped */
     free(info);
 }
 
@@ -778,6 +809,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_capacity_estimate_moved_hash_holds_no_more, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_capacity_estimate_move_onto_held_block_holds_one_less,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_dp_rank_override_and_rank_isolation, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_worker_isolation, setup, teardown),
