@@ -258,7 +258,7 @@ void kvr_metrics_router(kvr_metrics_ctx *m)
             st.rates_evicted);
     counter(b, "kvr_router_ttft_error_samples_total",
             "/prefill_done timings that measured the ttft model's error (priced at a measured or "
-            "registered rate)",
+            "registered rate, or the configured one with learn_prefill_rate off)",
             st.ttft_error_samples);
     /* a ratio, so printed as one: the uint64 gauge() would read 0 */
     kvr_metrics_family(b, "kvr_router_ttft_error_ratio", "gauge",
