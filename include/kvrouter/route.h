@@ -337,6 +337,10 @@ typedef struct {
     double prefix_age_tokens;
     double edge_loss_tokens;
     double cost;                    /* ttft: predicted seconds to first token */
+    /* ttft: that prediction alone, before the copy cost (recompute_weight)
+     * and lru_edge=cost add to cost: what /prefill_done timings measure the
+     * model's error against (0 with dynamo) */
+    double ttft_s;
     double probability;             /* softmax weight when sampled, else 1 for the pick */
 } kvr_route_cost;
 

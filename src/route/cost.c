@@ -81,14 +81,7 @@ static void cost_ttft(const route_cost_params *p, kvr_route_cost *c, const route
     } else {
         c->cost = (c->queued_tokens + u) / rate;
     }
-}
-
-double route_ttft_predicted(const route_cost_params *p, const kvr_route_cost *c,
-                            const route_load *l, double now, uint64_t isl, uint32_t bs)
-{
-    kvr_route_cost t = *c;
-    cost_ttft(p, &t, l, now, isl, bs);
-    return t.cost;
+    c->ttft_s = c->cost;
 }
 
 /* ttft, once every candidate's cost is set: the cached blocks a candidate

@@ -623,11 +623,6 @@ void route_add_duplicate_cost(const route_cost_params *p, kvr_route_cost *c, con
 double route_uncached_tokens(const route_cost_params *p, const kvr_route_cost *c, uint64_t isl,
                              uint32_t bs);
 double route_decode_factor(const route_cost_params *p, const route_load *l);
-/* ttft: candidate c's predicted time to first token on load l, without the
- * copy cost route_add_duplicate_cost and the LRU-edge charge (lru_edge
- * cost) add to c->cost: what /prefill_done measures. */
-double route_ttft_predicted(const route_cost_params *p, const kvr_route_cost *c,
-                            const route_load *l, double now, uint64_t isl, uint32_t bs);
 /* Blocks a request holds on a worker scored with profile pr past its
  * routing blocks. */
 uint64_t route_unique_blocks_of(const route_profile *pr, uint64_t isl, uint32_t osl, uint32_t bs);

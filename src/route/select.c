@@ -201,9 +201,7 @@ static kvr_route_status book(kvr_router *r, kvr_index *idx, const route_cost_par
      * load's queue. */
     bool known_rate = !r->cfg.learn_prefill_rate || q->entries[pick].prefill_tps > 0 ||
                       route_rate_measured(s->states[pick]->rate) > 0;
-    double predicted = p->model == KVR_COST_TTFT && l && known_rate
-                           ? route_ttft_predicted(p, c, l, now, isl, bs)
-                           : 0;
+    double predicted = p->model == KVR_COST_TTFT && l && known_rate ? c->ttft_s : 0;
     int b = l ? route_book(&r->bk, req->request_id, l, prefill, pr->hashes, (uint32_t)pr->n_blocks,
                            unique[k], now, &added, &bk)
               : -1;

@@ -112,6 +112,9 @@ static void test_cost_is_predicted_ttft(void **state)
     assert_true(d.worker_id == 1);
     assert_true(near(rt_cost_of(&d, 1)->cost, 224 / 1e4));
     assert_true(near(rt_cost_of(&d, 2)->cost, (1024 + 20 * 800) / 1e4));
+    /* the prediction alone, before the copy cost */
+    assert_true(near(rt_cost_of(&d, 1)->ttft_s, 224 / 1e4));
+    assert_true(near(rt_cost_of(&d, 2)->ttft_s, 1024 / 1e4));
     assert_true(near(rt_cost_of(&d, 1)->credit, 800));
     assert_true(near(rt_cost_of(&d, 1)->decode_factor, 1.0));
     assert_int_equal(d.booked_prefill_tokens, 224);
@@ -411,7 +414,7 @@ static void test_tie_window_from_measured_error(void **state)
 }
 
 /* The model's error is timed against the predicted time to first token
- * alone, not the copy cost the pick's cost carries (route_ttft_predicted):
+ * alone (kvr_route_cost.ttft_s), not the copy cost the pick's cost carries:
  * worker 1 caches 200 of the 256 blocks behind a queue of 2,000 tokens,
  * so idle worker 2 takes each request at 0.1824 s, its 1024 tokens plus
  * the 800 it would copy (recompute_weight 1, 10,000 tokens/s), of which
