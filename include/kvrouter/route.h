@@ -481,6 +481,10 @@ typedef struct {
      * oldest past 1,024 a worker; edge_at_limit counts those), and bookings
      * the edge missed for want of memory */
     uint64_t edge_returned, edge_aged_out, edge_at_limit, edge_lost;
+    /* Out of memory, routed anyway: ttft /routes priced without the copy
+     * cost (recompute_weight), and bookings the recent work (the tie-break)
+     * missed */
+    uint64_t copy_cost_lost, work_lost;
 } kvr_router_stats;
 
 void kvr_router_stats_get(kvr_router *r, kvr_router_stats *out);

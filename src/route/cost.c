@@ -118,11 +118,11 @@ static void copies_by_reach(const uint32_t *count, uint32_t max_reach, double *b
 }
 
 /* c: n compact candidates standing for mult[i] each, n_all in all. */
-void route_add_duplicate_cost(const route_cost_params *p, kvr_route_cost *c, const uint32_t *mult,
-                               size_t n, size_t n_all, uint32_t bs)
+int route_add_duplicate_cost(const route_cost_params *p, kvr_route_cost *c, const uint32_t *mult,
+                             size_t n, size_t n_all, uint32_t bs)
 {
     if (!(p->recompute_weight > 0) || n_all < 2)
-        return;
+        return 0;
     uint32_t max_reach = 0;
     for (size_t i = 0; i < n; i++)
         if (c[i].disk_blocks > max_reach)
@@ -134,7 +134,7 @@ void route_add_duplicate_cost(const route_cost_params *p, kvr_route_cost *c, con
     if (!count || !below) {
         free(count);
         free(below);
-        return; /* the costs stay plain TTFT */
+        return -1; /* the costs stay plain TTFT (the caller counts it) */
     }
     for (size_t i = 0; i < n; i++)
         count[c[i].disk_blocks] += mult[i];
@@ -143,6 +143,7 @@ void route_add_duplicate_cost(const route_cost_params *p, kvr_route_cost *c, con
         c[i].cost += p->recompute_weight * below[c[i].disk_blocks] * bs / c[i].prefill_tps;
     free(count);
     free(below);
+    return 0;
 }
 
 /* What the request would hold on a worker scored with profile pr: its

@@ -167,6 +167,10 @@ typedef struct {
     kvr_u64map fits;   /* index -> route_decode_fit* (one per (model, group)) */
     uint64_t n_rates, rate_samples;
     uint64_t rates_evicted; /* stalest rates dropped at KVR_ROUTE_MAX_RATES */
+    /* Out of memory, the route goes on without: ttft /routes whose costs
+     * lack the copy cost (route_add_duplicate_cost), bookings whose prefill
+     * the recent work never got (route_rate_add_work) */
+    uint64_t copy_cost_lost, work_lost;
     route_edge_counts edges;
     /* The ttft model's error, fleet-wide: decayed sums of |measured -
      * predicted| and of predicted over this router's /prefill_done timings
@@ -251,7 +255,8 @@ double route_rate_decode_spt(const route_rate *rt);
 route_rate *route_rate_add_work(route_bookings *b, uintptr_t index, uint64_t worker_id,
                                 uint32_t dp_rank, double tokens, double now);
 /* Notes a booking at the LRU edge of the rate route_rate_add_work returned
- * (route_edge_note; nothing when rt is NULL). */
+ * (route_edge_note); counted in edges.lost when it cannot be noted (rt
+ * NULL, or route_edge_note out of memory). */
 void route_rate_note_edge(route_bookings *b, route_rate *rt, const uint64_t *hashes,
                           uint32_t n_blocks, uint32_t matched, double matched_tokens,
                           double prompt_tokens, double intake_tokens, double capacity, double now);
@@ -615,8 +620,9 @@ void route_fill_rates(kvr_router *r, const kvr_query_result *q, const route_slot
 void route_fill_cost(const route_cost_params *p, const kvr_query_entry *e, const route_slot *st,
                      const route_profile *pr, uint64_t unique, uint64_t isl, uint32_t bs,
                      double now, kvr_route_cost *c);
-/* ttft, once every candidate's cost is set: the copies each would make. */
-void route_add_duplicate_cost(const route_cost_params *p, kvr_route_cost *c, const uint32_t *mult,
+/* ttft, once every candidate's cost is set: the copies each would make.
+ * -1 when out of memory: then the costs stay as they were (plain TTFT). */
+int route_add_duplicate_cost(const route_cost_params *p, kvr_route_cost *c, const uint32_t *mult,
                               size_t n, size_t n_all, uint32_t bs);
 /* The tokens a candidate still has to prefill, and how much its decodes
  * slow it now. */

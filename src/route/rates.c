@@ -152,8 +152,10 @@ void route_rate_note_edge(route_bookings *b, route_rate *rt, const uint64_t *has
                           uint32_t n_blocks, uint32_t matched, double matched_tokens,
                           double prompt_tokens, double intake_tokens, double capacity, double now)
 {
-    if (!rt)
+    if (!rt) {
+        b->edges.lost++; /* no rate to hold the edge (out of memory) */
         return;
+    }
     rt->updated_at = now;
     /* out of memory: the edge misses this prompt, the router still routes */
     if (route_edge_note(&rt->edge, hashes, n_blocks, matched, matched_tokens, prompt_tokens,

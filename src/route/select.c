@@ -223,6 +223,8 @@ static kvr_route_status book(kvr_router *r, kvr_index *idx, const route_cost_par
                           (uint32_t)pr->n_blocks, now);
     route_rate *rt =
         route_rate_add_work(&r->bk, (uintptr_t)idx, c->worker_id, c->dp_rank, (double)prefill, now);
+    if (!rt)
+        r->bk.work_lost++; /* out of memory: the booking stands, its work is not counted */
     if (p->model == KVR_COST_TTFT && (p->edge_cost || p->edge_tie)) {
         /* what the worker's GPU cache takes in: the prompt past its hit
          * (kept only while a rule reads it: it is memory per worker) */
@@ -326,8 +328,8 @@ kvr_route_status kvr_route(kvr_router *r, const kvr_route_request *req, kvr_rout
         route_fill_cost(&p, &q.entries[i], s->states[i], &s->profiles[k], unique[k], isl, bs, now,
                   &c[j]);
     }
-    if (p.model == KVR_COST_TTFT)
-        route_add_duplicate_cost(&p, c, sp.mult, n, n_all, bs);
+    if (p.model == KVR_COST_TTFT && route_add_duplicate_cost(&p, c, sp.mult, n, n_all, bs) < 0)
+        r->bk.copy_cost_lost++;
     size_t pick_at, pick = SIZE_MAX, ties = 1; /* compact position, candidate */
     kvr_route_reason reason;
     if (sampled) {

@@ -277,6 +277,12 @@ void kvr_metrics_router(kvr_metrics_ctx *m)
             st.edge_at_limit);
     counter(b, "kvr_router_edge_lost_total",
             "lru_edge: bookings the LRU edge missed (out of memory)", st.edge_lost);
+    counter(b, "kvr_router_copy_cost_lost_total",
+            "ttft /route calls priced without the copy cost (recompute_weight): out of memory",
+            st.copy_cost_lost);
+    counter(b, "kvr_router_work_lost_total",
+            "Bookings whose prefill the recent work (the tie-break) missed: out of memory",
+            st.work_lost);
     gauge(b, "kvr_router_approx_workers",
           "(worker, rank) scored from the approximate index (no KV events)", st.approx_workers);
     gauge(b, "kvr_router_approx_blocks", "Blocks held in the approximate index",

@@ -147,6 +147,9 @@ static void test_worker_without_events_routes_by_prefix(void **state)
     assert_int_equal(th_metric(base, "kvr_router_edge_prompts_total{outcome=\"aged_out\"}"), 0);
     assert_int_equal(th_metric(base, "kvr_router_edge_lost_total"), 0);
     assert_int_equal(th_metric(base, "kvr_router_edge_limit_drops_total"), 0);
+    /* nothing ran out of memory (the series are there) */
+    assert_int_equal(th_metric(base, "kvr_router_copy_cost_lost_total"), 0);
+    assert_int_equal(th_metric(base, "kvr_router_work_lost_total"), 0);
     json_t *r = NULL;
     assert_int_equal(route(base, "next", "1,2,3,4,5,6,7,8,90,91,92,93", NULL, &r), 200);
     assert_int_equal(json_integer_value(json_object_get(r, "worker_id")), 2);

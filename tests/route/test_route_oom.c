@@ -1,0 +1,146 @@
+/* Out of memory on the /route paths that route anyway: the copy cost of the
+ * ttft model (route_add_duplicate_cost's two arrays) and the recent work a
+ * booking adds (route_rate_add_work's rate). The request is still routed
+ * and booked, and each loss is counted (kvr_router_stats copy_cost_lost,
+ * work_lost, and edge_lost when an lru_edge rule could not note the
+ * booking either), where before it was dropped silently. Allocation
+ * failure is injected by linking this test with -Wl,--wrap=calloc: the
+ * armed calloc of one exact (count, size) fails once. */
+#include <math.h>
+
+#include "route/internal.h"
+#include "route_test_util.h"
+
+void *__real_calloc(size_t n, size_t size);
+void *__wrap_calloc(size_t n, size_t size);
+
+static size_t fail_n, fail_size; /* the next calloc(fail_n, fail_size) fails */
+static int failed;
+
+void *__wrap_calloc(size_t n, size_t size)
+{
+    if (fail_size && n == fail_n && size == fail_size) {
+        fail_size = 0;
+        failed++;
+        return NULL;
+    }
+    return __real_calloc(n, size);
+}
+
+#define BS 4
+#define N 1024 /* 256 blocks */
+
+typedef struct {
+    kvr_indexer *ix;
+    kvr_router *r;
+    uint32_t tokens[N];
+} fx;
+
+static fx *make(kvr_lru_edge edge)
+{
+    fx *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    rt_open(&f->ix, &f->r, 60, 3);
+    kvr_router_config cfg;
+    kvr_router_config_get(f->r, &cfg);
+    cfg.lru_edge = edge;
+    assert_int_equal(kvr_router_set_config(f->r, &cfg), edge != KVR_EDGE_OFF);
+    for (uint32_t i = 0; i < N; i++)
+        f->tokens[i] = 700 + i;
+    /* worker 1 caches 200 of the 256 blocks, worker 2 nothing */
+    kvr_worker *w = rt_register(f->ix, 1, BS, KVR_MM_LEGACY, -1, false, NULL);
+    uint64_t t[N];
+    rt_widen(f->tokens, t, 200 * BS);
+    rt_store(f->ix, w, 0, BS, t, 200 * BS, false, 100000);
+    rt_register(f->ix, 2, BS, KVR_MM_LEGACY, -1, false, NULL);
+    return f;
+}
+
+static void done(fx *f)
+{
+    rt_close(f->ix, f->r);
+    free(f);
+}
+
+static bool near(double a, double b) { return fabs(a - b) <= 1e-9 * (1 + fabs(b)); }
+
+static kvr_router_stats stats_of(fx *f)
+{
+    kvr_router_stats st;
+    kvr_router_stats_get(f->r, &st);
+    return st;
+}
+
+/* The copy cost's count per reach (calloc of max_reach + 1 = 201 u32s)
+ * fails: both costs stay plain TTFT (worker 2: its 1024 tokens at the
+ * default 10,000 tokens/s, without the 20 x 800 it would copy), the request
+ * is routed and booked, and the loss is counted once. */
+static void test_copy_cost_out_of_memory_is_counted(void **state)
+{
+    (void)state;
+    fx *f = make(KVR_EDGE_OFF);
+    kvr_route_decision d = rt_route_debug(f->r, f->tokens, N, "a", 0);
+    assert_true(near(rt_cost_of(&d, 2)->cost, (1024 + 20 * 800) / 1e4));
+    kvr_route_decision_free(&d);
+    assert_int_equal(kvr_router_release(f->r, "a"), KVR_ROUTE_OK); /* no queue on 1 */
+    assert_int_equal(stats_of(f).copy_cost_lost, 0);
+
+    fail_n = 201;
+    fail_size = sizeof(uint32_t);
+    failed = 0;
+    d = rt_route_debug(f->r, f->tokens, N, "b", 0);
+    assert_int_equal(failed, 1);
+    assert_true(near(rt_cost_of(&d, 1)->cost, 224 / 1e4));
+    assert_true(near(rt_cost_of(&d, 2)->cost, 1024 / 1e4));
+    assert_true(d.worker_id == 1);
+    kvr_route_decision_free(&d);
+    kvr_router_stats st = stats_of(f);
+    assert_int_equal(st.copy_cost_lost, 1);
+    assert_int_equal(st.bookings_active, 1);
+    assert_int_equal(st.work_lost, 0);
+    done(f);
+}
+
+/* The chosen worker's first booking creates its rate record (calloc of one
+ * route_rate), which fails (were it another calloc of that size, the
+ * counts below would not hold): the booking stands, its work is counted lost,
+ * and the next booking there (memory back) adds its work as usual. With
+ * lru_edge=tie the edge, held by that record, missed the booking too. */
+static void test_recent_work_out_of_memory_is_counted(void **state)
+{
+    (void)state;
+    fx *f = make(KVR_EDGE_TIE);
+    fail_n = 1;
+    fail_size = sizeof(route_rate);
+    failed = 0;
+    kvr_route_decision d = rt_route_debug(f->r, f->tokens, N, "a", 1);
+    assert_int_equal(failed, 1);
+    assert_true(d.worker_id == 1);
+    assert_int_equal(d.booked_prefill_tokens, 224);
+    kvr_route_decision_free(&d);
+    kvr_router_stats st = stats_of(f);
+    assert_int_equal(st.work_lost, 1);
+    assert_int_equal(st.edge_lost, 1);
+    assert_int_equal(st.bookings_active, 1);
+    assert_int_equal(st.copy_cost_lost, 0);
+
+    fail_size = 0;
+    d = rt_route_debug(f->r, f->tokens, N, "b", 1);
+    kvr_route_decision_free(&d);
+    d = rt_route_debug(f->r, f->tokens, N, "c", 0);
+    assert_true(rt_cost_of(&d, 1)->recent_work > 0); /* b's work counted */
+    kvr_route_decision_free(&d);
+    st = stats_of(f);
+    assert_int_equal(st.work_lost, 1);
+    assert_int_equal(st.edge_lost, 1);
+    done(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_copy_cost_out_of_memory_is_counted),
+        cmocka_unit_test(test_recent_work_out_of_memory_is_counted),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
