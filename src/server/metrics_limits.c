@@ -58,16 +58,17 @@ static void registrations(kvr_metrics_ctx *m)
                       (const uint64_t[]){kvr_registry_refused(r, KVR_REGISTRY_WORKER_LIMIT),
                                          kvr_registry_refused(r, KVR_REGISTRY_NO_DESCRIPTORS)});
     /* A listener holds an eventfd for its SUB and two for its monitor pair,
-     * its engine connection when connected, and a DEALER with its own
-     * connection while replaying. */
+     * its engine connection when connected, and while replaying the same
+     * again for its replay DEALER (an eventfd, two for the DEALER's monitor
+     * pair, its connection): KVR_LISTENER_FDS in all. */
     uint64_t fds = 0;
     for (size_t k = 0; k < m->s->n_listeners; k++) {
         const kvr_listener_info *l = &m->s->listeners[k];
-        fds += 3 + (l->connected ? 1 : 0) + (l->state == KVR_LISTENER_REPLAYING ? 2 : 0);
+        fds += 3 + (l->connected ? 1 : 0) + (l->state == KVR_LISTENER_REPLAYING ? 4 : 0);
     }
     kvr_metrics_value(
         b, "kvr_listener_descriptors", "gauge",
-        "File descriptors the ZeroMQ listeners hold (3 per listener, +1 connected, +2 "
+        "File descriptors the ZeroMQ listeners hold (3 per listener, +1 connected, +4 "
         "replaying)",
         fds);
     kvr_metrics_value(

@@ -9,7 +9,10 @@
  * raises the soft limit to the hard one at start). */
 #include "test_support.h"
 
+#include <dirent.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 
 #include "kvrouter/server.h"
 #include "net_helpers.h"
@@ -25,6 +28,100 @@ static long reg(const char *base, int id, json_t **reply)
              "\"block_size\": 16}",
              id);
     return th_register(base, body, reply);
+}
+
+/* The process's eventfds (each ZeroMQ socket's mailbox) and its sockets
+ * connected to 127.0.0.1:port. */
+static void count_fds(int port, int *eventfds, int *to_port)
+{
+    *eventfds = *to_port = 0;
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d));) {
+        int fd = atoi(e->d_name);
+        char path[300], link[128] = "";
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        if (e->d_name[0] == '.' || fd == dirfd(d) || readlink(path, link, sizeof link - 1) < 0)
+            continue;
+        if (strcmp(link, "anon_inode:[eventfd]") == 0)
+            (*eventfds)++;
+        struct sockaddr_in peer;
+        socklen_t len = sizeof peer;
+        if (strncmp(link, "socket:", 7) == 0 &&
+            getpeername(fd, (struct sockaddr *)&peer, &len) == 0 && peer.sin_family == AF_INET &&
+            ntohs(peer.sin_port) == port)
+            (*to_port)++;
+    }
+    closedir(d);
+}
+
+/* Rank 0's listener_state of the only worker. */
+static bool listener_is(const char *base, const char *state)
+{
+    json_t *w = th_json("GET", base, "/workers", NULL, NULL);
+    const char *st = json_string_value(json_object_get(
+        json_object_get(json_object_get(json_array_get(w, 0), "ranks"), "0"), "listener_state"));
+    bool is = st && strcmp(st, state) == 0;
+    json_decref(w);
+    return is;
+}
+
+/* kvr_listener_descriptors moves by what a replay really opens: the
+ * DEALER, its monitor pair (an eventfd each, as for the SUB) and its
+ * connection, 4 in all (KVR_LISTENER_FDS counts them so); it read 2, the
+ * count from before the replay DEALER had a monitor. The replay endpoint
+ * is an engine double's that never answers, so the replay stays open. */
+static void test_listener_descriptors_count_what_a_replay_opens(void **state)
+{
+    (void)state;
+    kvr_server_config cfg;
+    kvr_server_config_default(&cfg);
+    cfg.port = 0;
+    cfg.source.replay_timeout_ms = 600000;
+    char base[64];
+    kvr_server *srv = th_server_start(&cfg, base, sizeof base);
+    assert_non_null(srv);
+    th_engine e;
+    th_engine_start(&e);
+    th_engine_set_mute(&e, true);
+    int port = atoi(strrchr(e.replay_endpoint, ':') + 1);
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"instance_id\": 5, \"endpoint\": \"%s\", \"replay_endpoint\": \"%s\", "
+             "\"model_name\": \"m\", \"block_size\": 4}",
+             e.endpoint, e.replay_endpoint);
+    assert_int_equal(th_register(base, body, NULL), 201);
+    assert_true(th_engine_wait_sub(&e, 20000));
+    /* the SUB connected (its descriptor counted), nothing published yet */
+    int ev0 = 0, to0 = 0;
+    double g0 = -1, end = th_now() + 20;
+    do {
+        th_sleep_ms(50);
+        g0 = th_metric(base, "kvr_listener_descriptors");
+    } while (g0 != 4 && th_now() < end);
+    assert_true(g0 == 4);
+    count_fds(port, &ev0, &to0);
+    assert_int_equal(to0, 0);
+
+    /* a first message past 0: a replay from 0, which gets no answer */
+    uint64_t hashes[1] = {1}, tokens[4] = {1, 2, 3, 4};
+    kvr_raw_event ev = th_store(hashes, 1, 0, tokens, 4);
+    th_send_events(&e, 3, &ev, 1, true);
+    int ev1 = 0, to1 = 0;
+    end = th_now() + 20;
+    do {
+        th_sleep_ms(50);
+        count_fds(port, &ev1, &to1);
+    } while ((to1 < 1 || ev1 < ev0 + 3 || !listener_is(base, "replaying")) && th_now() < end);
+    assert_true(listener_is(base, "replaying"));
+    double g1 = th_metric(base, "kvr_listener_descriptors");
+    fprintf(stderr, "replay opened %d eventfds and %d connection; the gauge moved %.0f\n",
+            ev1 - ev0, to1 - to0, g1 - g0);
+    assert_int_equal(to1 - to0, 1);
+    assert_int_equal(ev1 - ev0, 3);
+    assert_true(g1 - g0 == (ev1 - ev0) + (to1 - to0));
+    kvr_server_stop(srv);
+    th_engine_stop(&e);
 }
 
 static void test_out_of_descriptors_is_a_503_and_http_keeps_accepting(void **state)
@@ -93,6 +190,8 @@ static void test_out_of_descriptors_is_a_503_and_http_keeps_accepting(void **sta
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        /* first: the next one lowers RLIMIT_NOFILE for good */
+        cmocka_unit_test(test_listener_descriptors_count_what_a_replay_opens),
         cmocka_unit_test(test_out_of_descriptors_is_a_503_and_http_keeps_accepting),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
