@@ -183,7 +183,7 @@ static void test_short_integers_read_as_jansson(void **state)
     free(pos);
 }
 
-/* Runs of token ids are read 16 bytes at a time (json_body.c int_lane):
+/* Runs of token ids are read 16 bytes at a time (json_scan.c int_lane):
  * random arrays of mostly 1-7 digit integers and now and then anything
  * that ends a run (8+ digits, leading zeros, signs, whitespace of each
  * kind, fractions, exponents, empty elements, other bytes, the integers
