@@ -45,7 +45,9 @@ typedef struct {
     X(mm_unmapped_blocks, COUNTER,                                                         \
       "blocks whose extra_keys media could not be mapped to pad values (store cut there)") \
     X(groups_over_limit, COUNTER,                                                          \
-      "stores naming a new attention group past 4,096 learned per rank (judged per event, not learned)")
+      "stores naming a new attention group past 4,096 learned per rank (judged per event, not learned)") \
+    X(group_kinds_lost, COUNTER,                                                           \
+      "stores naming a new attention group whose kind could not be learned for want of memory (judged per event)")
 
 typedef struct {
 #define KVR_NORM_COUNTER_FIELD_(name, kind, help) uint64_t name;

@@ -1,3 +1,7 @@
+/* The SPEC §3 filters a store or removal passes before the normalizer
+ * looks at its blocks (filter.h): the attention group's kind, learned from
+ * stores and bounded, the locality, the block size. Apart from
+ * normalize.c so the inline pass in filter.h has one whole check behind it. */
 #include "normalize/filter.h"
 
 #include "util/clock.h"
@@ -10,6 +14,7 @@ void kvr_norm_filter_init(kvr_norm_filter *f, uint32_t block_size)
 {
     kvr_u64map_init(&f->group_kinds);
     f->groups_over_limit = 0;
+    f->group_kinds_lost = 0;
     f->block_size = block_size;
     f->mismatch_warned = false;
     f->last_mismatch_warn = 0;
@@ -40,10 +45,13 @@ static kvr_drop_reason check_group(kvr_norm_filter *f, const kvr_raw_event *ev)
         /* Only stores teach kinds: removals echo what stores announced. */
         if (ev->type == KVR_EV_STORED) {
             if (kvr_u64map_len(&f->group_kinds) < KVR_NORM_MAX_LEARNED_GROUPS ||
-                kvr_u64map_find(&f->group_kinds, group))
-                (void)kvr_u64map_put(&f->group_kinds, group, main ? GROUP_MAIN : GROUP_OTHER);
-            else
+                kvr_u64map_find(&f->group_kinds, group)) {
+                /* out of memory: judged per event, as past the bound */
+                if (kvr_u64map_put(&f->group_kinds, group, main ? GROUP_MAIN : GROUP_OTHER) < 0)
+                    f->group_kinds_lost++;
+            } else {
                 f->groups_over_limit++;
+            }
         }
         return main ? KVR_DROP_NONE : KVR_DROP_NON_MAIN_ATTENTION;
     }

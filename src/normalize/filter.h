@@ -17,6 +17,7 @@
 typedef struct {
     kvr_u64map group_kinds; /* group_idx -> learned kind (main or not) */
     uint64_t groups_over_limit; /* stores of a new group past the learned bound */
+    uint64_t group_kinds_lost;  /* stores of a new group not learned: out of memory */
     uint32_t block_size;
     bool mismatch_warned;
     double last_mismatch_warn; /* CLOCK_MONOTONIC seconds */

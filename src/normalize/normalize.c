@@ -104,6 +104,7 @@ void kvr_normalizer_counters_get(const kvr_normalizer *n, kvr_normalizer_counter
 {
     *out = n->c;
     out->groups_over_limit = n->filter.groups_over_limit;
+    out->group_kinds_lost = n->filter.group_kinds_lost;
 }
 
 const kvr_counter_desc kvr_normalizer_counter_descs[] = {

@@ -42,6 +42,7 @@ static const struct {
     {"wide_tokens_seen", 2, 0},
     {"mm_unmapped_blocks", 0, 1},
     {"groups_over_limit", 0, 0},
+    {"group_kinds_lost", 0, 0},
 };
 #define N_WANT (sizeof WANT / sizeof WANT[0])
 
