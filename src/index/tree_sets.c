@@ -1,3 +1,8 @@
+/* The interned owner sets of tree_sets.h: the intern table (open
+ * addressing by the sets' additive hash), a set's content kept inline up to
+ * two entries, its in-place rewrite when one run alone holds it, and the
+ * memo of recent (set, owner, entry) -> set changes that generations keep
+ * honest. Apart from the tree because the tree only ever sees set ids. */
 #include "index/tree_sets.h"
 
 #include <stdlib.h>

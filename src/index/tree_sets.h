@@ -31,8 +31,8 @@ static inline uint32_t kvr_oset_owner(uint32_t e) { return e >> KVR_OSET_SHIFT; 
 typedef struct {
     uint64_t hash; /* sum of mix64(entry): updatable in O(1) */
     uint32_t len;
-    uint32_t ref;  /* nodes holding it; 0 = free slot */
-    uint32_t gen;  /* bumped on free, so memo entries can be validated */
+    uint32_t ref;  /* runs holding it; 0 = free slot */
+    uint32_t gen;  /* bumped on free and on an in-place rewrite: memo entries are validated */
     uint32_t tiers; /* union of the entries' tier bits */
     uint32_t uncounted; /* entries on no tier a match counts (external only) */
     uint32_t runs;  /* first run holding it (list kept by the tree) */
