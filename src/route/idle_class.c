@@ -15,8 +15,10 @@
 #include "route/internal.h"
 
 /* Whether the model costs candidate e (state st) as a worker with nothing:
- * the cost reads the overlaps, the queued prefill and the decodes of the
- * load (a load without either is costed as none), the rate (measured,
+ * the cost reads the overlaps, the queued prefill, the decodes and (with
+ * decode_ahead) the bookings pending on the load (one whose prefill is
+ * all cached queues nothing, yet its context slows the request's own
+ * prefill: only a load with none of them is costed as none), the rate (measured,
  * registered), the LRU edge (edge.c: kept only while lru_edge is on, and
  * charged where it holds a prompt) and, for the tie-break only, the recent
  * work; the profile decides the blocks a booking adds. */
@@ -24,7 +26,7 @@ static bool idle(const kvr_query_entry *e, const route_slot *st)
 {
     const route_load *l = st->load;
     return !e->gpu_blocks && !e->cpu_blocks && !e->disk_blocks &&
-           (!l || (l->prefill_tokens == 0 && l->decode_context == 0)) &&
+           (!l || (l->prefill_tokens == 0 && l->decode_context == 0 && !l->pending_head)) &&
            (!st->rate ||
             (!(route_rate_measured(st->rate) > 0) && !route_edge_live(st->rate->edge)));
 }

@@ -409,12 +409,13 @@ static void test_class_follows_slot_changes(void **state)
     const uint64_t all[] = {1, 2, 3, 4}, but1[] = {2, 3, 4}, but2[] = {1, 3, 4};
     expect_members(sd, cold, 300, all, 4, 1);
     /* family 0 on worker 1 is wholly cached: its booking adds a load with
-     * nothing to prefill, which the model costs as none: 1 stays in the
-     * cold request's class ... */
+     * nothing to prefill, but pending (with decode_ahead its context slows
+     * the next prefill there): 1 leaves the cold request's class ... */
     d = route_on(sd, f->tokens[0], FAMILY_TOKENS, "whole", 1, false);
     assert_int_equal(d.booked_prefill_tokens, 0);
-    expect_members(sd, cold, 300, all, 4, 1);
-    /* ... until it decodes (its decodes slow the worker's prefill) ... */
+    expect_members(sd, cold, 300, but1, 3, 2);
+    /* ... and stays out once it decodes (its decodes slow the worker's
+     * prefill) ... */
     assert_int_equal(kvr_router_prefill_done(sd->r, "whole"), KVR_ROUTE_OK);
     expect_members(sd, cold, 300, but1, 3, 2);
     /* ... and its release brings it back. */
@@ -442,12 +443,58 @@ static void test_class_follows_slot_changes(void **state)
     done(f);
 }
 
+/* decode_ahead: a booking pending on worker 1 with nothing to prefill (its
+ * prompt wholly cached there) slows the next prefill there by its context
+ * (decode_kv_share 1e-3: x 1.512), so every candidate costs alike but 1.
+ * The class must not take 1 in (as the representative, the first of
+ * equals, it priced every idle worker at its 45.36 ms, where the others
+ * cost 30 ms, and the draw could then pick 1): a decision without debug
+ * picks and costs as the one that scores every candidate. */
+static void test_pending_booking_under_decode_ahead(void **state)
+{
+    (void)state;
+    fx *f = make(7);
+    side *sides[] = {&f->a, &f->b};
+    for (int k = 0; k < 2; k++) {
+        kvr_router_config cfg;
+        kvr_router_config_get(sides[k]->r, &cfg);
+        cfg.decode_ahead = true;
+        cfg.decode_kv_share = 1e-3;
+        assert_int_equal(kvr_router_set_config(sides[k]->r, &cfg), 2);
+        for (uint64_t id = 1; id <= 4; id++) {
+            kvr_worker *w = register_worker(sides[k], id, 0);
+            if (id == 1) {
+                uint64_t t[FAMILY_TOKENS];
+                rt_widen(f->tokens[0], t, FAMILY_TOKENS);
+                rt_store(sides[k]->ix, w, 0, BS, t, FAMILY_TOKENS, false, 1000000);
+            }
+        }
+        kvr_route_decision d =
+            route_on(sides[k], f->tokens[0], FAMILY_TOKENS, "whole", 1, k == 1);
+        assert_int_equal(d.booked_prefill_tokens, 0);
+        kvr_route_decision_free(&d);
+    }
+    const uint32_t *cold = f->tokens[FAMILIES];
+    for (int i = 0; i < 12; i++) {
+        kvr_route_decision da = route_on(&f->a, cold, 300, NULL, 0, false);
+        kvr_route_decision db = route_on(&f->b, cold, 300, NULL, 0, true);
+        assert_true(fabs(rt_cost_of(&db, 1)->cost - 0.04536) < 1e-9);
+        assert_true(fabs(db.cost - 0.03) < 1e-9);
+        assert_int_equal(da.worker_id, db.worker_id);
+        assert_true(da.cost == db.cost);
+        kvr_route_decision_free(&da);
+        kvr_route_decision_free(&db);
+    }
+    done(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_class_picks_as_every_candidate),
         cmocka_unit_test(test_class_follows_slot_changes),
         cmocka_unit_test(test_class_follows_fleet_changes),
+        cmocka_unit_test(test_pending_booking_under_decode_ahead),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
