@@ -485,6 +485,9 @@ typedef struct {
      * cost (recompute_weight), and bookings the recent work (the tie-break)
      * missed */
     uint64_t copy_cost_lost, work_lost;
+    /* Out of memory: /prefill_done timings the prefill rate (rate_samples)
+     * missed */
+    uint64_t rate_samples_lost;
 } kvr_router_stats;
 
 void kvr_router_stats_get(kvr_router *r, kvr_router_stats *out);

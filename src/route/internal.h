@@ -169,8 +169,9 @@ typedef struct {
     uint64_t rates_evicted; /* stalest rates dropped at KVR_ROUTE_MAX_RATES */
     /* Out of memory, the route goes on without: ttft /routes whose costs
      * lack the copy cost (route_add_duplicate_cost), bookings whose prefill
-     * the recent work never got (route_rate_add_work) */
-    uint64_t copy_cost_lost, work_lost;
+     * the recent work never got (route_rate_add_work), /prefill_done
+     * timings the prefill rate never got (route_rate_sample) */
+    uint64_t copy_cost_lost, work_lost, rate_samples_lost;
     route_edge_counts edges;
     /* The ttft model's error, fleet-wide: decayed sums of |measured -
      * predicted| and of predicted over this router's /prefill_done timings
@@ -240,7 +241,8 @@ void route_fit_sample(route_bookings *b, uintptr_t index, double tokens, double 
 double route_fit_share(route_bookings *b, uintptr_t index, double fallback);
 route_rate *route_rate_find(route_bookings *b, uintptr_t index, uint64_t worker_id,
                             uint32_t dp_rank);
-/* Adds a sample of `tokens` prefilled in `seconds`. */
+/* Adds a sample of `tokens` prefilled in `seconds`; counted in
+ * rate_samples_lost when the rate cannot be created (out of memory). */
 void route_rate_sample(route_bookings *b, uintptr_t index, uint64_t worker_id, uint32_t dp_rank,
                        double tokens, double seconds, double now);
 /* The measured rate in tokens/s, 0 until KVR_ROUTE_RATE_MIN_SAMPLES. */

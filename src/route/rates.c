@@ -100,8 +100,10 @@ void route_rate_sample(route_bookings *b, uintptr_t index, uint64_t worker_id, u
                        double tokens, double seconds, double now)
 {
     route_rate *rt = rate_get(b, index, worker_id, dp_rank);
-    if (!rt)
-        return; /* a lost sample, nothing else */
+    if (!rt) {
+        b->rate_samples_lost++; /* out of memory: the rate learns without it */
+        return;
+    }
     rt->tokens = rt->tokens * KVR_ROUTE_RATE_DECAY + tokens;
     rt->seconds = rt->seconds * KVR_ROUTE_RATE_DECAY + seconds;
     rt->samples++;

@@ -251,6 +251,8 @@ void kvr_metrics_router(kvr_metrics_ctx *m)
             st.bookings_aged_out);
     counter(b, "kvr_router_rate_samples_total",
             "/prefill_done timings taken as prefill-rate samples", st.rate_samples);
+    counter(b, "kvr_router_rate_samples_lost_total",
+            "/prefill_done timings the prefill rate missed: out of memory", st.rate_samples_lost);
     gauge(b, "kvr_router_rates_learned", "(worker, rank) with a measured prefill rate in use",
           st.rates_learned);
     counter(b, "kvr_router_rates_evicted_total",

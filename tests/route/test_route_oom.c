@@ -3,7 +3,8 @@
  * booking adds (route_rate_add_work's rate). The request is still routed
  * and booked, and each loss is counted (kvr_router_stats copy_cost_lost,
  * work_lost, and edge_lost when an lru_edge rule could not note the
- * booking either), where before it was dropped silently. Allocation
+ * booking either), where before it was dropped silently. Likewise the
+ * /prefill_done timing a prefill rate could not take (rate_samples_lost). Allocation
  * failure is injected by linking this test with -Wl,--wrap=calloc: the
  * armed calloc of one exact (count, size) fails once. */
 #include <math.h>
@@ -25,6 +26,13 @@ void *__wrap_calloc(size_t n, size_t size)
         return NULL;
     }
     return __real_calloc(n, size);
+}
+
+/* The next calloc(n, size) fails. */
+static void arm(size_t n, size_t size)
+{
+    fail_n = n;
+    fail_size = size;
 }
 
 #define BS 4
@@ -53,6 +61,7 @@ static fx *make(kvr_lru_edge edge)
     rt_widen(f->tokens, t, 200 * BS);
     rt_store(f->ix, w, 0, BS, t, 200 * BS, false, 100000);
     rt_register(f->ix, 2, BS, KVR_MM_LEGACY, -1, false, NULL);
+    failed = 0;
     return f;
 }
 
@@ -85,9 +94,7 @@ static void test_copy_cost_out_of_memory_is_counted(void **state)
     assert_int_equal(kvr_router_release(f->r, "a"), KVR_ROUTE_OK); /* no queue on 1 */
     assert_int_equal(stats_of(f).copy_cost_lost, 0);
 
-    fail_n = 201;
-    fail_size = sizeof(uint32_t);
-    failed = 0;
+    arm(201, sizeof(uint32_t));
     d = rt_route_debug(f->r, f->tokens, N, "b", 0);
     assert_int_equal(failed, 1);
     assert_true(near(rt_cost_of(&d, 1)->cost, 224 / 1e4));
@@ -110,9 +117,7 @@ static void test_recent_work_out_of_memory_is_counted(void **state)
 {
     (void)state;
     fx *f = make(KVR_EDGE_TIE);
-    fail_n = 1;
-    fail_size = sizeof(route_rate);
-    failed = 0;
+    arm(1, sizeof(route_rate));
     kvr_route_decision d = rt_route_debug(f->r, f->tokens, N, "a", 1);
     assert_int_equal(failed, 1);
     assert_true(d.worker_id == 1);
@@ -136,11 +141,42 @@ static void test_recent_work_out_of_memory_is_counted(void **state)
     done(f);
 }
 
+/* A /prefill_done timing whose rate record cannot be made (its booking's
+ * record failed too, so none exists): the sample is counted lost, not
+ * taken; with memory back the next timing is a sample as usual. */
+static void test_rate_sample_out_of_memory_is_counted(void **state)
+{
+    (void)state;
+    fx *f = make(KVR_EDGE_OFF);
+    arm(1, sizeof(route_rate));
+    /* pinned to worker 2: 1024 tokens to prefill, nothing queued there */
+    kvr_route_decision d = rt_route_debug(f->r, f->tokens, N, "a", 2);
+    kvr_route_decision_free(&d);
+    assert_int_equal(failed, 1);
+    assert_int_equal(stats_of(f).work_lost, 1);
+    arm(1, sizeof(route_rate));
+    assert_int_equal(kvr_router_prefill_done_after(f->r, "a", 0.1), KVR_ROUTE_OK);
+    assert_int_equal(failed, 2);
+    kvr_router_stats st = stats_of(f);
+    assert_int_equal(st.rate_samples, 0);
+    assert_int_equal(st.rate_samples_lost, 1);
+    assert_int_equal(st.prefill_done, 1);
+
+    d = rt_route_debug(f->r, f->tokens, N, "b", 2);
+    kvr_route_decision_free(&d);
+    assert_int_equal(kvr_router_prefill_done_after(f->r, "b", 0.1), KVR_ROUTE_OK);
+    st = stats_of(f);
+    assert_int_equal(st.rate_samples, 1);
+    assert_int_equal(st.rate_samples_lost, 1);
+    done(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_copy_cost_out_of_memory_is_counted),
         cmocka_unit_test(test_recent_work_out_of_memory_is_counted),
+        cmocka_unit_test(test_rate_sample_out_of_memory_is_counted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
