@@ -488,6 +488,9 @@ typedef struct {
     /* Out of memory: /prefill_done timings the prefill rate (rate_samples)
      * missed */
     uint64_t rate_samples_lost;
+    /* Out of memory: bookings the approximate index noted in part (a
+     * shorter prefix) or not at all */
+    uint64_t approx_lost;
 } kvr_router_stats;
 
 void kvr_router_stats_get(kvr_router *r, kvr_router_stats *out);

@@ -194,18 +194,19 @@ void route_approx_held(route_approxes *a, uintptr_t index, const route_approx_en
     pthread_mutex_unlock(&a->mu);
 }
 
-static int fifo_push(route_approx *st, uint64_t hash, double expires_at)
+/* Room for n more entries at the FIFO's tail, made before any block is
+ * noted: compacted when more than half of it was popped, else grown.
+ * 0, or -1 out of memory (the FIFO unchanged). */
+static int fifo_room(route_approx *st, size_t n)
 {
-    if (st->head + st->len == st->cap) {
-        if (st->head > st->cap / 2) {
-            memmove(st->fifo, st->fifo + st->head, st->len * sizeof *st->fifo);
-            st->head = 0;
-        } else if (kvr_grow((void **)&st->fifo, &st->cap, st->cap + 1, sizeof *st->fifo, 64) != 0) {
-            return -1;
-        }
+    if (st->head + st->len + n <= st->cap)
+        return 0;
+    if (st->head > st->cap / 2 && st->len + n <= st->cap) {
+        memmove(st->fifo, st->fifo + st->head, st->len * sizeof *st->fifo);
+        st->head = 0;
+        return 0;
     }
-    st->fifo[st->head + st->len++] = (fifo_entry){hash, expires_at};
-    return 0;
+    return kvr_grow((void **)&st->fifo, &st->cap, st->head + st->len + n, sizeof *st->fifo, 64);
 }
 
 void route_approx_note(route_approxes *a, uintptr_t index, uint64_t worker_id, uint32_t dp_rank,
@@ -217,20 +218,23 @@ void route_approx_note(route_approxes *a, uintptr_t index, uint64_t worker_id, u
     route_approx *st = store_find(a, index, worker_id, dp_rank);
     if (!st && (st = store_create(a, index, worker_id, dp_rank)))
         st->since = now;
-    if (st) {
+    if (!st || fifo_room(st, n) < 0) {
+        a->n_lost++; /* out of memory: nothing noted, the store as it was */
+    } else {
         expire(a, st, now);
         double exp_at = now + a->ttl_s;
-        /* Out of memory part-way leaves a shorter prefix: still a prefix. */
+        /* Out of memory part-way (the map cannot grow for a new block)
+         * notes a shorter prefix: chain[0..i) refreshed, the rest as it
+         * was, so what the store holds of any chain is still a prefix of
+         * it, and that prefix is no shorter than before the request, which
+         * the worker now holds in full. Better than nothing noted; counted. */
         for (uint32_t i = 0; i < n; i++) {
             int added = kvr_u64map_put(&st->blocks, chain[i], bits_of(exp_at));
-            if (added < 0)
-                break;
-            if (fifo_push(st, chain[i], exp_at) < 0) {
-                kvr_u64map_del(&st->blocks, chain[i], NULL);
-                if (added == 1)
-                    a->n_blocks--;
+            if (added < 0) {
+                a->n_lost++;
                 break;
             }
+            st->fifo[st->head + st->len++] = (fifo_entry){chain[i], exp_at};
             if (added == 0)
                 a->n_blocks++;
         }
@@ -242,9 +246,9 @@ void route_approx_note(route_approxes *a, uintptr_t index, uint64_t worker_id, u
                 pop_oldest(a, st);
             a->n_pruned += before - a->n_blocks;
         }
-        if (kvr_u64map_len(&st->blocks) == 0)
-            store_drop(a, st);
     }
+    if (st && kvr_u64map_len(&st->blocks) == 0)
+        store_drop(a, st);
     pthread_mutex_unlock(&a->mu);
 }
 
@@ -267,11 +271,12 @@ void route_approx_sweep(route_approxes *a, double now)
     pthread_mutex_unlock(&a->mu);
 }
 
-void route_approx_stats(route_approxes *a, uint64_t *stores, uint64_t *blocks, uint64_t *pruned)
+void route_approx_stats(route_approxes *a, kvr_router_stats *out)
 {
     pthread_mutex_lock(&a->mu);
-    *stores = a->n_stores;
-    *blocks = a->n_blocks;
-    *pruned = a->n_pruned;
+    out->approx_workers = a->n_stores;
+    out->approx_blocks = a->n_blocks;
+    out->approx_pruned = a->n_pruned;
+    out->approx_lost = a->n_lost;
     pthread_mutex_unlock(&a->mu);
 }

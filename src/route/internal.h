@@ -386,6 +386,7 @@ typedef struct {
     uint64_t max_blocks; /* per (worker, rank) */
     uint64_t n_stores, n_blocks;
     uint64_t n_pruned; /* blocks forgotten past max_blocks (counted in /metrics) */
+    uint64_t n_lost;   /* notes cut short or not made: out of memory */
 } route_approxes;
 
 void route_approx_init(route_approxes *a, double ttl_s, uint64_t max_blocks);
@@ -410,11 +411,14 @@ void route_approx_held(route_approxes *a, uintptr_t index, const route_approx_en
  * under this; a rank silent this long after the first request routed there
  * is scored from the approximate index. */
 #define KVR_ROUTE_APPROX_GRACE_S 10.0
-/* Records chain[0..n) as routed to the worker at now. */
+/* Records chain[0..n) as routed to the worker at now. Out of memory it
+ * records a prefix of it (the map could not take a new block) or nothing
+ * (no store, no FIFO room), never leaves a hole; counted in n_lost. */
 void route_approx_note(route_approxes *a, uintptr_t index, uint64_t worker_id, uint32_t dp_rank,
                        const uint64_t *chain, uint32_t n, double now);
 void route_approx_sweep(route_approxes *a, double now);
-void route_approx_stats(route_approxes *a, uint64_t *stores, uint64_t *blocks, uint64_t *pruned);
+/* The approx_* fields of out. */
+void route_approx_stats(route_approxes *a, kvr_router_stats *out);
 
 /* ---- per-request scratch (router.c pool) --------------------------------- */
 

@@ -256,7 +256,7 @@ void kvr_router_stats_get(kvr_router *r, kvr_router_stats *out)
         for (const route_rate *rt = (const route_rate *)(uintptr_t)v; rt; rt = rt->hnext)
             out->rates_learned += route_rate_measured(rt) > 0;
     pthread_mutex_unlock(&r->mu);
-    route_approx_stats(&r->approx, &out->approx_workers, &out->approx_blocks, &out->approx_pruned);
+    route_approx_stats(&r->approx, out);
 }
 
 double kvr_router_prefill_rate(kvr_router *r, const char *model, const char *group,

@@ -293,6 +293,10 @@ void kvr_metrics_router(kvr_metrics_ctx *m)
             "Blocks the approximate index forgot, oldest first, because a (worker, rank) held "
             "approx_max_blocks",
             st.approx_pruned);
+    counter(b, "kvr_router_approx_lost_total",
+            "Bookings the approximate index noted in part (a shorter prefix) or not at all: out "
+            "of memory",
+            st.approx_lost);
 }
 
 /* endpoint="/path", and method="M" when the path has several methods

@@ -4,9 +4,12 @@
  * and booked, and each loss is counted (kvr_router_stats copy_cost_lost,
  * work_lost, and edge_lost when an lru_edge rule could not note the
  * booking either), where before it was dropped silently. Likewise the
- * /prefill_done timing a prefill rate could not take (rate_samples_lost). Allocation
- * failure is injected by linking this test with -Wl,--wrap=calloc: the
- * armed calloc of one exact (count, size) fails once. */
+ * /prefill_done timing a prefill rate could not take (rate_samples_lost),
+ * and a booking the approximate index (a worker without KV events) could
+ * note only in part or not at all (approx_lost), which must never leave a
+ * hole in a prompt's prefix. Allocation failure is injected by linking
+ * this test with -Wl,--wrap=calloc,--wrap=realloc: the armed calloc of one
+ * exact (count, size), or realloc of one size, fails once. */
 #include <math.h>
 
 #include "route/internal.h"
@@ -33,6 +36,21 @@ static void arm(size_t n, size_t size)
 {
     fail_n = n;
     fail_size = size;
+}
+
+void *__real_realloc(void *p, size_t size);
+void *__wrap_realloc(void *p, size_t size);
+
+static size_t fail_realloc_size; /* the next realloc to this size fails */
+
+void *__wrap_realloc(void *p, size_t size)
+{
+    if (fail_realloc_size && size == fail_realloc_size) {
+        fail_realloc_size = 0;
+        failed++;
+        return NULL;
+    }
+    return __real_realloc(p, size);
 }
 
 #define BS 4
@@ -171,12 +189,103 @@ static void test_rate_sample_out_of_memory_is_counted(void **state)
     done(f);
 }
 
+/* Worker 3 alone, registered without KV events: scored from the
+ * approximate index of what was routed to it. */
+static fx *make_approx(void)
+{
+    fx *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    rt_open(&f->ix, &f->r, 60, 3);
+    for (uint32_t i = 0; i < N; i++)
+        f->tokens[i] = 700 + i;
+    rt_kv_events = KVR_KV_EVENTS_OFF;
+    rt_register(f->ix, 3, BS, KVR_MM_LEGACY, -1, false, NULL);
+    rt_kv_events = KVR_KV_EVENTS_ON;
+    failed = 0;
+    return f;
+}
+
+/* Blocks of tokens[0..n) worker 3 is scored as holding. */
+static uint32_t approx_overlap(fx *f, const uint32_t *tokens, size_t n)
+{
+    kvr_query_result q;
+    kvr_query_result_init(&q);
+    kvr_query_request rq = rt_request(tokens, n, NULL, 0);
+    assert_int_equal(kvr_query(f->r, &rq, &q), KVR_ROUTE_OK);
+    const kvr_query_entry *e = rt_entry(&q, 3, 0);
+    assert_true(e->approximate);
+    uint32_t g = e->gpu_blocks;
+    kvr_query_result_free(&q);
+    return g;
+}
+
+static void route_to_3(fx *f, const uint32_t *tokens, size_t n, const char *id)
+{
+    kvr_route_decision d = rt_route_debug(f->r, tokens, n, id, 3);
+    kvr_route_decision_free(&d);
+    assert_int_equal(kvr_router_release(f->r, id), KVR_ROUTE_OK);
+}
+
+/* The same 64 blocks routed again, the FIFO full (64 entries): its growth
+ * to 128 fails before anything is noted, so the store stays as it was,
+ * 64 blocks held, and the booking is counted. (The old code noted block 0,
+ * failed to queue it, and deleted it: a hole at the root, 0 blocks held of
+ * the prompt while the rest stayed.) */
+static void test_approx_note_without_fifo_room_notes_nothing(void **state)
+{
+    (void)state;
+    fx *f = make_approx();
+    route_to_3(f, f->tokens, 64 * BS, "a");
+    assert_int_equal(approx_overlap(f, f->tokens, 64 * BS), 64);
+    fail_realloc_size = 128 * 16; /* 128 fifo entries of (hash, expiry) */
+    route_to_3(f, f->tokens, 64 * BS, "b");
+    assert_int_equal(failed, 1);
+    assert_int_equal(approx_overlap(f, f->tokens, 64 * BS), 64);
+    kvr_router_stats st = stats_of(f);
+    assert_int_equal(st.approx_blocks, 64);
+    assert_int_equal(st.approx_workers, 1);
+    assert_int_equal(st.approx_lost, 1);
+    route_to_3(f, f->tokens, 64 * BS, "c"); /* memory back */
+    assert_int_equal(approx_overlap(f, f->tokens, 64 * BS), 64);
+    assert_int_equal(stats_of(f).approx_lost, 1);
+    done(f);
+}
+
+/* 256 blocks held (a map of 512 slots); a prompt sharing the first 64 adds
+ * 192 new ones, and the map's growth to 1024 slots fails at the 385th
+ * block held, i.e. at the prompt's block 192: its first 192 blocks are
+ * noted, a prefix, counted; memory back, the next one notes all 256. */
+static void test_approx_note_cut_short_keeps_a_prefix(void **state)
+{
+    (void)state;
+    fx *f = make_approx();
+    route_to_3(f, f->tokens, N, "a");
+    uint32_t other[N];
+    for (uint32_t i = 0; i < N; i++)
+        other[i] = i < 64 * BS ? f->tokens[i] : 90000 + i;
+    assert_int_equal(approx_overlap(f, other, N), 64);
+    arm(1024, sizeof(kvr_u64map_slot));
+    route_to_3(f, other, N, "b");
+    assert_int_equal(failed, 1);
+    assert_int_equal(approx_overlap(f, other, N), 192);
+    assert_int_equal(approx_overlap(f, f->tokens, N), 256);
+    kvr_router_stats st = stats_of(f);
+    assert_int_equal(st.approx_blocks, 256 + 128);
+    assert_int_equal(st.approx_lost, 1);
+    route_to_3(f, other, N, "c");
+    assert_int_equal(approx_overlap(f, other, N), 256);
+    assert_int_equal(stats_of(f).approx_lost, 1);
+    done(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_copy_cost_out_of_memory_is_counted),
         cmocka_unit_test(test_recent_work_out_of_memory_is_counted),
         cmocka_unit_test(test_rate_sample_out_of_memory_is_counted),
+        cmocka_unit_test(test_approx_note_without_fifo_room_notes_nothing),
+        cmocka_unit_test(test_approx_note_cut_short_keeps_a_prefix),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -135,6 +135,7 @@ static void test_worker_without_events_routes_by_prefix(void **state)
     assert_int_equal(th_metric(base, "kvr_router_approx_workers"), 1);
     assert_int_equal(th_metric(base, "kvr_router_approx_blocks"), 3);
     assert_int_equal(th_metric(base, "kvr_router_approx_pruned_total"), 0);
+    assert_int_equal(th_metric(base, "kvr_router_approx_lost_total"), 0);
     assert_int_equal(th_metric(base, "kvr_router_rate_samples_total"), 0);
     assert_int_equal(th_metric(base, "kvr_router_rate_samples_lost_total"), 0);
     assert_int_equal(th_metric(base, "kvr_router_rates_learned"), 0);
