@@ -60,13 +60,20 @@ void kvr_api_error(kvr_api_reply *reply, int status, const char *fmt, ...)
 }
 
 /* The one place body text becomes JSON: true with out holding a JSON
- * object (free with kvr_json_body_free), else false with a 400 reply. */
-static bool parse_body(const char *buf, size_t len, const kvr_json_body_opts *opts,
-                       kvr_json_body *out, kvr_api_reply *reply)
+ * object (free with kvr_json_body_free), else false with a 400 reply (500
+ * and counted when there was no memory to parse it). */
+static bool parse_body(kvr_server *srv, const char *buf, size_t len,
+                       const kvr_json_body_opts *opts, kvr_json_body *out, kvr_api_reply *reply)
 {
     json_error_t jerr;
-    if (kvr_json_body_parse(buf ? buf : "", buf ? len : 0, JSON_REJECT_DUPLICATES, opts, out,
-                            &jerr) < 0) {
+    int rc = kvr_json_body_parse(buf ? buf : "", buf ? len : 0, JSON_REJECT_DUPLICATES, opts, out,
+                                 &jerr);
+    if (rc == KVR_JSON_BODY_NOMEM) {
+        atomic_fetch_add(&srv->bodies_oom, 1);
+        kvr_api_error(reply, 500, "out of memory");
+        return false;
+    }
+    if (rc < 0) {
         kvr_api_error(reply, 400, "malformed JSON body: %s (line %d, column %d)", jerr.text,
                       jerr.line, jerr.column);
         return false;
@@ -312,7 +319,7 @@ static void dispatch(kvr_server *srv, struct MHD_Connection *conn, const char *u
         kvr_api_error(reply, 501, "%s is not built into this server", url);
     } else if (def->body_fn) {
         kvr_json_body jb;
-        if (parse_body(rc->buf, rc->len, def->opts, &jb, reply)) {
+        if (parse_body(srv, rc->buf, rc->len, def->opts, &jb, reply)) {
             reply->status = 200;
             def->body_fn(srv, &jb, reply);
             kvr_json_body_free(&jb);
@@ -325,7 +332,7 @@ static void dispatch(kvr_server *srv, struct MHD_Connection *conn, const char *u
             body = json_object(); /* `curl -X POST` without -d: an empty object */
         } else if (with_body) {
             kvr_json_body jb;
-            if (parse_body(rc->buf, rc->len, NULL, &jb, reply))
+            if (parse_body(srv, rc->buf, rc->len, NULL, &jb, reply))
                 body = jb.root; /* a plain tree holds nothing else */
         } else {
             /* GET handlers (and DELETE without a body) take their query

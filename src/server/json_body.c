@@ -18,6 +18,13 @@
  * object key, say) fails the detour, and the original text goes to
  * jansson, which gives the exact error.
  *
+ * Out of memory on the detour, the original text goes to jansson too,
+ * which may still parse it (a body without integers above INT64_MAX). If
+ * jansson then refuses an integer as too big (the detour would have kept
+ * it in a u64 field) or runs out of memory itself (it then leaves the
+ * error text empty, or says so), the answer is out of memory, not
+ * jansson's error.
+ *
  * The lexer that finds those integers is json_scan.c's; this file holds
  * the markers, the substituted text, jansson's parse and the splice back. */
 #include "server/json_body.h"
@@ -135,6 +142,7 @@ char *kvr_json_dumps(const json_t *j, size_t flags)
 typedef struct {
     const kvr_json_scan *st;
     size_t consumed; /* placeholders found back as values */
+    bool oom;        /* an allocation failed (not the body's fault) */
 } splice_ctx;
 
 /* What a string of the tree is: text, an array placeholder (*span set) or
@@ -200,6 +208,7 @@ static bool visit(json_t *v, bool u64, splice_ctx *c, json_t **rep)
         c->consumed++;
         *rep = int_array(c->st->vals + c->st->spans[i].first, c->st->spans[i].n,
                          c->st->spans[i].big);
+        c->oom |= *rep == NULL;
         return *rep != NULL;
     default:
         return false;
@@ -217,15 +226,22 @@ static bool splice(json_t *j, bool u64, splice_ctx *c)
             size_t i;
             if (placeholder(key, strlen(key), c->st, &i) != PH_TEXT)
                 return false; /* an array or a number where a key must be */
-            if (!visit(v, is_u64_key(key), c, &rep) ||
-                (rep && json_object_set_new(j, key, rep) != 0))
+            if (!visit(v, is_u64_key(key), c, &rep))
                 return false;
+            if (rep && json_object_set_new(j, key, rep) != 0) {
+                c->oom = true;
+                return false;
+            }
         }
     } else if (json_is_array(j)) {
-        for (size_t k = 0; k < json_array_size(j); k++)
-            if (!visit(json_array_get(j, k), u64, c, &rep) ||
-                (rep && json_array_set_new(j, k, rep) != 0))
+        for (size_t k = 0; k < json_array_size(j); k++) {
+            if (!visit(json_array_get(j, k), u64, c, &rep))
                 return false;
+            if (rep && json_array_set_new(j, k, rep) != 0) {
+                c->oom = true;
+                return false;
+            }
+        }
     }
     return true;
 }
@@ -258,8 +274,10 @@ static bool keep_vecs(kvr_json_body *b, const char *const *keys, splice_ctx *c)
         if (!k)
             continue;
         kvr_json_vec *nv = realloc(b->vecs, (b->n_vecs + 1) * sizeof *nv);
-        if (!nv)
+        if (!nv) {
+            c->oom = true;
             return false;
+        }
         b->vecs = nv;
         nv[b->n_vecs].key = k;
         nv[b->n_vecs].first = c->st->spans[i].first;
@@ -295,18 +313,21 @@ static char *substitute(const char *buf, size_t len, const kvr_json_scan *st, si
 }
 
 /* The tree of the substituted text with every placeholder back, or NULL
- * (the caller then asks jansson about the original text). */
+ * (the caller then asks jansson about the original text), with *oom set
+ * when that was for want of memory. */
 static json_t *parse_substituted(const char *buf, size_t len, size_t flags,
                                  const kvr_json_body_opts *opts, const kvr_json_scan *st,
-                                 kvr_json_body *out)
+                                 kvr_json_body *out, bool *oom)
 {
     size_t n;
     char *text = substitute(buf, len, st, &n);
-    json_error_t ignored;
-    out->root = text ? json_loadb(text, n, flags, &ignored) : NULL;
+    json_error_t jerr;
+    out->root = text ? json_loadb(text, n, flags, &jerr) : NULL;
     free(text);
-    if (!out->root)
+    if (!out->root) {
+        *oom = !text || json_error_code(&jerr) == json_error_out_of_memory;
         return NULL;
+    }
     splice_ctx c = {.st = st};
     json_t *rep = NULL; /* the whole body was one array (JSON_DECODE_ANY) */
     bool ok = (!opts->vec_keys || !json_is_object(out->root) ||
@@ -317,10 +338,19 @@ static json_t *parse_substituted(const char *buf, size_t len, size_t flags,
         out->root = rep;
     }
     if (!ok || c.consumed != st->n_spans) {
+        *oom = c.oom;
         kvr_json_body_free(out);
         return NULL;
     }
     return out->root;
+}
+
+/* The error of a body not judged for want of memory. */
+static void oom_error(json_error_t *err)
+{
+    memset(err, 0, sizeof *err);
+    err->line = err->column = -1;
+    snprintf(err->text, sizeof err->text, "out of memory");
 }
 
 int kvr_json_body_parse(const char *buf, size_t len, size_t flags, const kvr_json_body_opts *opts,
@@ -334,7 +364,8 @@ int kvr_json_body_parse(const char *buf, size_t len, size_t flags, const kvr_jso
     kvr_json_scan st;
     memset(&st, 0, sizeof st);
     kvr_json_scan_body(&st, buf, len);
-    if (st.n_spans && !st.oom && parse_substituted(buf, len, flags, opts, &st, out) &&
+    bool oom = st.oom;
+    if (st.n_spans && !oom && parse_substituted(buf, len, flags, opts, &st, out, &oom) &&
         out->n_vecs) {
         out->vals = st.vals; /* the kept vectors point into it */
         st.vals = NULL;
@@ -342,10 +373,22 @@ int kvr_json_body_parse(const char *buf, size_t len, size_t flags, const kvr_jso
     free(st.spans);
     free(st.vals);
     /* No spans, or any failure: jansson on the original text, which also
-     * gives the exact error. */
-    if (!out->root)
-        out->root = json_loadb(buf, len, flags, err);
-    return out->root ? 0 : -1;
+     * gives the exact error, unless memory ran out (see the top). */
+    if (out->root)
+        return 0;
+    json_error_t jerr;
+    if (!err)
+        err = &jerr;
+    memset(err, 0, sizeof *err); /* jansson sets no error on most of its OOM paths */
+    if ((out->root = json_loadb(buf, len, flags, err)))
+        return 0;
+    enum json_error_code code = json_error_code(err);
+    if (!err->text[0] || code == json_error_out_of_memory ||
+        (oom && code == json_error_numeric_overflow)) {
+        oom_error(err);
+        return KVR_JSON_BODY_NOMEM;
+    }
+    return -1;
 }
 
 void kvr_json_body_free(kvr_json_body *b)

@@ -53,7 +53,13 @@ typedef struct {
 } kvr_json_body;
 
 /* json_loadb(buf, len, flags, err) with opts (NULL: none). 0 on success
- * (free with kvr_json_body_free), -1 with err as json_loadb sets it. */
+ * (free with kvr_json_body_free), -1 with err as json_loadb sets it, or
+ * KVR_JSON_BODY_NOMEM when the body could not be judged for want of
+ * memory: jansson ran out, or the fast path did and jansson then refused
+ * an integer as too big (which the fast path may have kept in a u64
+ * field); err->text is then "out of memory". kvr_json_load_body returns
+ * NULL for both. */
+#define KVR_JSON_BODY_NOMEM (-2)
 int kvr_json_body_parse(const char *buf, size_t len, size_t flags, const kvr_json_body_opts *opts,
                         kvr_json_body *out, json_error_t *err);
 void kvr_json_body_free(kvr_json_body *b);

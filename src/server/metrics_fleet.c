@@ -347,6 +347,8 @@ void kvr_metrics_http(kvr_metrics_ctx *m)
             atomic_load(&srv->requests_413));
     counter(b, "kvr_http_not_found_total", "Requests for a path no endpoint serves",
             atomic_load(&srv->requests_404));
+    counter(b, "kvr_http_body_out_of_memory_total",
+            "Request bodies answered 500: no memory to parse them", atomic_load(&srv->bodies_oom));
     counter(b, "kvr_dump_records_loaded_total", "Store records loaded from peers",
             atomic_load(&srv->dump_records_loaded));
 }

@@ -91,6 +91,7 @@ struct kvr_server {
     size_t n_reload_hooks;
     _Atomic uint64_t reloads[2]; /* [0] applied, [1] failed (kvr_server_count_reload) */
     _Atomic uint64_t requests_413, requests_404;
+    _Atomic uint64_t bodies_oom; /* bodies answered 500: no memory to parse them */
     _Atomic uint64_t dump_records_loaded;
     pthread_mutex_t peers_mu; /* guards the peer list (api_peers.c) */
     char **peers;
