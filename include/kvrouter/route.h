@@ -491,6 +491,9 @@ typedef struct {
     /* Out of memory: bookings the approximate index noted in part (a
      * shorter prefix) or not at all */
     uint64_t approx_lost;
+    /* Out of memory: /prefill_done timings the fit of how decoding slows
+     * prefill missed, /free timings the decode speed missed */
+    uint64_t fit_samples_lost, decode_samples_lost;
 } kvr_router_stats;
 
 void kvr_router_stats_get(kvr_router *r, kvr_router_stats *out);

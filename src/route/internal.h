@@ -170,8 +170,11 @@ typedef struct {
     /* Out of memory, the route goes on without: ttft /routes whose costs
      * lack the copy cost (route_add_duplicate_cost), bookings whose prefill
      * the recent work never got (route_rate_add_work), /prefill_done
-     * timings the prefill rate never got (route_rate_sample) */
-    uint64_t copy_cost_lost, work_lost, rate_samples_lost;
+     * timings the prefill rate never got (route_rate_sample) or the
+     * decode-slowdown fit (route_fit_sample), /free timings the decode
+     * speed never got (route_rate_decode_sample) */
+    uint64_t copy_cost_lost, work_lost, rate_samples_lost, fit_samples_lost;
+    uint64_t decode_samples_lost;
     route_edge_counts edges;
     /* The ttft model's error, fleet-wide: decayed sums of |measured -
      * predicted| and of predicted over this router's /prefill_done timings
@@ -233,7 +236,8 @@ typedef struct {
 #define KVR_ROUTE_FIT_DECAY 0.995
 #define KVR_ROUTE_FIT_MAX_SHARE 1e-4
 
-/* rates.c; caller holds kvr_router.mu. */
+/* rates.c; caller holds kvr_router.mu. Out of memory (no fit for index
+ * yet, and none can be made) the sample is counted in fit_samples_lost. */
 void route_fit_sample(route_bookings *b, uintptr_t index, double tokens, double seconds,
                       double decode_context);
 /* The fitted decode share of index, or fallback while the fit is not
@@ -247,7 +251,8 @@ void route_rate_sample(route_bookings *b, uintptr_t index, uint64_t worker_id, u
                        double tokens, double seconds, double now);
 /* The measured rate in tokens/s, 0 until KVR_ROUTE_RATE_MIN_SAMPLES. */
 double route_rate_measured(const route_rate *rt);
-/* Adds a decode of `tokens` output tokens that took `seconds`. */
+/* Adds a decode of `tokens` output tokens that took `seconds`; counted in
+ * decode_samples_lost when the rate cannot be created. */
 void route_rate_decode_sample(route_bookings *b, uintptr_t index, uint64_t worker_id,
                               uint32_t dp_rank, double tokens, double seconds, double now);
 /* Measured decode seconds per output token, 0 until MIN_SAMPLES decodes. */

@@ -115,8 +115,10 @@ void route_rate_decode_sample(route_bookings *b, uintptr_t index, uint64_t worke
                               uint32_t dp_rank, double tokens, double seconds, double now)
 {
     route_rate *rt = rate_get(b, index, worker_id, dp_rank);
-    if (!rt)
+    if (!rt) {
+        b->decode_samples_lost++; /* out of memory */
         return;
+    }
     rt->decode_tokens = rt->decode_tokens * KVR_ROUTE_RATE_DECAY + tokens;
     rt->decode_seconds = rt->decode_seconds * KVR_ROUTE_RATE_DECAY + seconds;
     rt->decode_samples++;
@@ -191,6 +193,8 @@ double route_ttft_error(const route_bookings *b)
 void route_fit_sample(route_bookings *b, uintptr_t index, double tokens, double seconds,
                       double decode_context)
 {
+    if (!(tokens > 0))
+        return;
     uint64_t v = 0;
     route_decode_fit *f = NULL;
     if (kvr_u64map_get(&b->fits, (uint64_t)index, &v))
@@ -200,8 +204,10 @@ void route_fit_sample(route_bookings *b, uintptr_t index, double tokens, double 
         free(f);
         f = NULL;
     }
-    if (!f || !(tokens > 0))
+    if (!f) {
+        b->fit_samples_lost++; /* out of memory: the fit learns without it */
         return;
+    }
     double y = seconds / tokens, x = decode_context, d = KVR_ROUTE_FIT_DECAY;
     f->w = f->w * d + tokens;
     f->x = f->x * d + tokens * x;

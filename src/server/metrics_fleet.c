@@ -253,6 +253,11 @@ void kvr_metrics_router(kvr_metrics_ctx *m)
             "/prefill_done timings taken as prefill-rate samples", st.rate_samples);
     counter(b, "kvr_router_rate_samples_lost_total",
             "/prefill_done timings the prefill rate missed: out of memory", st.rate_samples_lost);
+    counter(b, "kvr_router_fit_samples_lost_total",
+            "/prefill_done timings the fit of how decoding slows prefill missed: out of memory",
+            st.fit_samples_lost);
+    counter(b, "kvr_router_decode_samples_lost_total",
+            "/free timings the decode speed missed: out of memory", st.decode_samples_lost);
     gauge(b, "kvr_router_rates_learned", "(worker, rank) with a measured prefill rate in use",
           st.rates_learned);
     counter(b, "kvr_router_rates_evicted_total",

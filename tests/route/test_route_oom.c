@@ -5,12 +5,15 @@
  * work_lost, and edge_lost when an lru_edge rule could not note the
  * booking either), where before it was dropped silently. Likewise the
  * /prefill_done timing a prefill rate could not take (rate_samples_lost),
+ * nor the decode-slowdown fit (fit_samples_lost), the /free timing the
+ * decode speed could not take (decode_samples_lost),
  * and a booking the approximate index (a worker without KV events) could
  * note only in part or not at all (approx_lost), which must never leave a
  * hole in a prompt's prefix. Allocation failure is injected by linking
  * this test with -Wl,--wrap=calloc,--wrap=realloc: the armed calloc of one
  * exact (count, size), or realloc of one size, fails once. */
 #include <math.h>
+#include <unistd.h>
 
 #include "route/internal.h"
 #include "route_test_util.h"
@@ -159,6 +162,15 @@ static void test_recent_work_out_of_memory_is_counted(void **state)
     done(f);
 }
 
+/* /prefill_done of id after 0.1 s, the next calloc(1, size) failing; the
+ * stats after it. */
+static kvr_router_stats prefill_done_failing(fx *f, const char *id, size_t size)
+{
+    arm(1, size);
+    assert_int_equal(kvr_router_prefill_done_after(f->r, id, 0.1), KVR_ROUTE_OK);
+    return stats_of(f);
+}
+
 /* A /prefill_done timing whose rate record cannot be made (its booking's
  * record failed too, so none exists): the sample is counted lost, not
  * taken; with memory back the next timing is a sample as usual. */
@@ -172,10 +184,8 @@ static void test_rate_sample_out_of_memory_is_counted(void **state)
     kvr_route_decision_free(&d);
     assert_int_equal(failed, 1);
     assert_int_equal(stats_of(f).work_lost, 1);
-    arm(1, sizeof(route_rate));
-    assert_int_equal(kvr_router_prefill_done_after(f->r, "a", 0.1), KVR_ROUTE_OK);
+    kvr_router_stats st = prefill_done_failing(f, "a", sizeof(route_rate));
     assert_int_equal(failed, 2);
-    kvr_router_stats st = stats_of(f);
     assert_int_equal(st.rate_samples, 0);
     assert_int_equal(st.rate_samples_lost, 1);
     assert_int_equal(st.prefill_done, 1);
@@ -186,6 +196,57 @@ static void test_rate_sample_out_of_memory_is_counted(void **state)
     st = stats_of(f);
     assert_int_equal(st.rate_samples, 1);
     assert_int_equal(st.rate_samples_lost, 1);
+    done(f);
+}
+
+/* Routes tokens to worker pin with osl output tokens expected. */
+static void route_osl(fx *f, const char *id, uint64_t pin, uint32_t osl)
+{
+    kvr_route_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.q = rt_request(f->tokens, N, NULL, 0);
+    rq.request_id = id;
+    rq.has_worker_id = true;
+    rq.worker_id = pin;
+    rq.osl = osl;
+    kvr_route_decision d;
+    assert_int_equal(kvr_route(f->r, &rq, &d), KVR_ROUTE_OK);
+    kvr_route_decision_free(&d);
+}
+
+/* The first /prefill_done timing of the (model, group) creates its fit of
+ * how decoding slows prefill (calloc of one route_decode_fit), which
+ * fails: the rate takes the sample, the fit's is counted lost. A /free
+ * timing whose rate record cannot be made (worker 1's failed at /route,
+ * and its /prefill_done, 224 tokens to prefill, was no sample) is counted
+ * lost as a decode sample. */
+static void test_fit_and_decode_samples_out_of_memory_are_counted(void **state)
+{
+    (void)state;
+    fx *f = make(KVR_EDGE_OFF);
+    route_osl(f, "a", 2, 16);
+    kvr_router_stats st = prefill_done_failing(f, "a", sizeof(route_decode_fit));
+    assert_int_equal(failed, 1);
+    assert_int_equal(st.rate_samples, 1);
+    assert_int_equal(st.fit_samples_lost, 1);
+    assert_int_equal(st.decode_samples_lost, 0);
+
+    arm(1, sizeof(route_rate));
+    route_osl(f, "b", 1, 16);
+    assert_int_equal(failed, 2);
+    assert_int_equal(kvr_router_prefill_done_after(f->r, "b", 0.1), KVR_ROUTE_OK);
+    usleep(2000); /* the decode takes time: /free after /prefill_done */
+    arm(1, sizeof(route_rate));
+    assert_int_equal(kvr_router_release(f->r, "b"), KVR_ROUTE_OK);
+    assert_int_equal(failed, 3);
+    st = stats_of(f);
+    assert_int_equal(st.work_lost, 1);
+    assert_int_equal(st.rate_samples, 1);
+    assert_int_equal(st.rate_samples_lost, 0);
+    assert_int_equal(st.decode_samples_lost, 1);
+    assert_int_equal(st.fit_samples_lost, 1);
+    assert_int_equal(kvr_router_release(f->r, "a"), KVR_ROUTE_OK); /* memory back */
+    assert_int_equal(stats_of(f).decode_samples_lost, 1);
     done(f);
 }
 
@@ -284,6 +345,7 @@ int main(void)
         cmocka_unit_test(test_copy_cost_out_of_memory_is_counted),
         cmocka_unit_test(test_recent_work_out_of_memory_is_counted),
         cmocka_unit_test(test_rate_sample_out_of_memory_is_counted),
+        cmocka_unit_test(test_fit_and_decode_samples_out_of_memory_are_counted),
         cmocka_unit_test(test_approx_note_without_fifo_room_notes_nothing),
         cmocka_unit_test(test_approx_note_cut_short_keeps_a_prefix),
     };

@@ -138,6 +138,8 @@ static void test_worker_without_events_routes_by_prefix(void **state)
     assert_int_equal(th_metric(base, "kvr_router_approx_lost_total"), 0);
     assert_int_equal(th_metric(base, "kvr_router_rate_samples_total"), 0);
     assert_int_equal(th_metric(base, "kvr_router_rate_samples_lost_total"), 0);
+    assert_int_equal(th_metric(base, "kvr_router_fit_samples_lost_total"), 0);
+    assert_int_equal(th_metric(base, "kvr_router_decode_samples_lost_total"), 0);
     assert_int_equal(th_metric(base, "kvr_router_rates_learned"), 0);
     assert_int_equal(th_metric(base, "kvr_router_rates_evicted_total"), 0);
     /* worker 2's rate is registered, so its one timing is a sample */
