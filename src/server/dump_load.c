@@ -42,6 +42,13 @@ void kvr_dump_fail(kvr_dump_loader *l, const char *fmt, const char *what)
         snprintf(l->err, sizeof l->err, fmt, what);
 }
 
+/* A record dropped for want of memory: skipped, and said so. */
+static void lost(kvr_dump_loader *l)
+{
+    l->skipped++;
+    kvr_dump_fail(l, "%s", "out of memory");
+}
+
 void kvr_dump_loader_init(kvr_dump_loader *l, kvr_server *srv, bool apply_events)
 {
     memset(l, 0, sizeof *l);
@@ -201,8 +208,7 @@ void kvr_dump_add_store(kvr_dump_loader *l, const char *model, const char *group
     }
     if (!name_index(pd, model, group, &name) || KVR_GROW(pd->recs, pd->cap, pd->n + 1) != 0 ||
         KVR_GROW(pd->hashes, pd->cap_hashes, pd->n_hashes + 2 * n) != 0) {
-        l->skipped++;
-        kvr_dump_fail(l, "%s", "out of memory");
+        lost(l);
         return;
     }
     uint64_t *h = pd->hashes + pd->n_hashes;
@@ -230,18 +236,21 @@ void kvr_dump_add_registration(kvr_dump_loader *l, json_t *reg, const char *mode
         l->skipped++;
         return;
     }
-    if (model && !json_object_get(reg, "model_name"))
-        json_object_set_new(reg, "model_name", json_string(model));
-    if (group && !json_object_get(reg, "routing_group"))
-        json_object_set_new(reg, "routing_group", json_string(group));
-    json_array_append(l->regs, reg);
+    if ((model && !json_object_get(reg, "model_name") &&
+         json_object_set_new(reg, "model_name", json_string(model)) != 0) ||
+        (group && !json_object_get(reg, "routing_group") &&
+         json_object_set_new(reg, "routing_group", json_string(group)) != 0) ||
+        json_array_append(l->regs, reg) != 0)
+        lost(l);
 }
 
 void kvr_dump_add_cursor(kvr_dump_loader *l, const char *model, const char *group,
                        uint64_t worker, uint32_t rank, uint64_t seq, const char *digest)
 {
-    if (KVR_GROW(l->cursors, l->cap_cursors, l->n_cursors + 1) != 0)
+    if (KVR_GROW(l->cursors, l->cap_cursors, l->n_cursors + 1) != 0) {
+        lost(l);
         return;
+    }
     kvr_dump_cursor_rec *c = &l->cursors[l->n_cursors];
     memset(c, 0, sizeof *c);
     c->model = strdup(model);
@@ -249,6 +258,7 @@ void kvr_dump_add_cursor(kvr_dump_loader *l, const char *model, const char *grou
     if (!c->model || !c->group) {
         free(c->model);
         free(c->group);
+        lost(l);
         return;
     }
     c->worker_id = worker;
