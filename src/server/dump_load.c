@@ -110,13 +110,16 @@ const char *kvr_dump_value_end(const char *p, const char *e)
     return NULL;
 }
 
-json_t *kvr_dump_parse(const char *p, const char *q)
+json_t *kvr_dump_parse(kvr_dump_loader *l, const char *p, const char *q)
 {
     json_error_t jerr;
+    kvr_json_body b;
     if ((size_t)(q - p) > KVR_DUMP_MAX_RECORD)
         return NULL;
-    return kvr_json_load_body(p, (size_t)(q - p), JSON_DECODE_ANY | JSON_REJECT_DUPLICATES,
-                              &jerr);
+    if (kvr_json_body_parse(p, (size_t)(q - p), JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, NULL,
+                            &b, &jerr) == KVR_JSON_BODY_NOMEM)
+        kvr_dump_fail(l, "%s", "out of memory");
+    return b.root; /* nothing else is held without vec_keys */
 }
 
 /* Calls fn for each element of the array at [p, q). false when it is not
@@ -286,7 +289,7 @@ static bool line_block(json_t *blocks, size_t i, uint64_t *engine, uint64_t *loc
 static void line_record(kvr_dump_loader *l, const char *p, const char *q, void *ctx)
 {
     (void)ctx;
-    json_t *r = kvr_dump_parse(p, q);
+    json_t *r = kvr_dump_parse(l, p, q);
     const char *model = json_string_value(json_object_get(r, "model"));
     const char *group = json_string_value(json_object_get(r, "group"));
     json_t *cursor = json_object_get(r, "cursor");
@@ -379,7 +382,7 @@ static void decide(kvr_dump_loader *l)
         l->ndjson = true;
         return;
     }
-    json_t *r = kvr_dump_parse(p, v);
+    json_t *r = kvr_dump_parse(l, p, v);
     l->ndjson = json_is_string(json_object_get(r, "model"));
     json_decref(r);
 }

@@ -60,8 +60,9 @@ void kvr_dump_fail(kvr_dump_loader *l, const char *fmt, const char *what);
 const char *kvr_dump_ws(const char *p, const char *e);
 /* Where the JSON value starting at p ends; NULL when not before e. */
 const char *kvr_dump_value_end(const char *p, const char *e);
-/* The value at [p, q) (u64 hashes kept exact), NULL when it is not one. */
-json_t *kvr_dump_parse(const char *p, const char *q);
+/* The value at [p, q) (u64 hashes kept exact), NULL when it is not one,
+ * or out of memory (then l's first error says so). */
+json_t *kvr_dump_parse(kvr_dump_loader *l, const char *p, const char *q);
 typedef void (*kvr_dump_element_fn)(kvr_dump_loader *l, const char *p, const char *q, void *ctx);
 bool kvr_dump_each(kvr_dump_loader *l, const char *p, const char *q, kvr_dump_element_fn fn,
                    void *ctx);

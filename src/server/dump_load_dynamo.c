@@ -28,7 +28,7 @@ static void dynamo_event(kvr_dump_loader *l, const char *p, const char *q, void 
 {
     group_ctx *g = ctx;
     l->events++;
-    json_t *v = kvr_dump_parse(p, q);
+    json_t *v = kvr_dump_parse(l, p, q);
     json_t *event = json_object_get(v, "event");
     json_t *stored = json_object_get(json_object_get(event, "data"), "stored");
     json_t *tier = json_object_get(v, "storage_tier");
@@ -139,12 +139,15 @@ static const member *find(const member *m, int n, const char *name)
     return NULL;
 }
 
-static json_t *member_value(const member *m) { return m ? kvr_dump_parse(m->p, m->q) : NULL; }
+static json_t *member_value(kvr_dump_loader *l, const member *m)
+{
+    return m ? kvr_dump_parse(l, m->p, m->q) : NULL;
+}
 
 static void worker_element(kvr_dump_loader *l, const char *p, const char *q, void *ctx)
 {
     group_ctx *g = ctx;
-    json_t *reg = kvr_dump_parse(p, q);
+    json_t *reg = kvr_dump_parse(l, p, q);
     kvr_dump_add_registration(l, reg, g->model, g->group);
     json_decref(reg);
 }
@@ -160,8 +163,8 @@ static void dynamo_group(kvr_dump_loader *l, const char *key, const char *p, con
         l->failed = true;
         return;
     }
-    json_t *model_j = member_value(find(m, n, "model_name"));
-    json_t *group_j = member_value(find(m, n, "routing_group"));
+    json_t *model_j = member_value(l, find(m, n, "model_name"));
+    json_t *group_j = member_value(l, find(m, n, "routing_group"));
     char *split = strdup(key);
     char *colon = split ? strchr(split, ':') : NULL;
     if (colon)
@@ -174,10 +177,13 @@ static void dynamo_group(kvr_dump_loader *l, const char *key, const char *p, con
     const member *events = find(m, n, "events"), *workers = find(m, n, "workers");
     if (g.model && workers && !kvr_dump_each(l, workers->p, workers->q, worker_element, &g))
         kvr_dump_fail(l, "dump entry '%s': 'workers' is not an array", key);
-    json_t *cursors = member_value(find(m, n, "cursors"));
-    json_t *digests = member_value(find(m, n, "cursor_digests"));
+    const member *cm = find(m, n, "cursors");
+    json_t *cursors = member_value(l, cm);
+    json_t *digests = member_value(l, find(m, n, "cursor_digests"));
     if (g.model && json_is_object(cursors))
         dynamo_cursors(l, &g, cursors, digests);
+    else if (g.model && cm && !json_is_null(cursors))
+        l->skipped++; /* not an object (or no memory to read it): the group's cursors */
     if (g.model && events && l->apply_events &&
         !kvr_dump_each(l, events->p, events->q, dynamo_event, &g))
         kvr_dump_fail(l, "dump entry '%s': 'events' is not an array", key);
@@ -199,7 +205,7 @@ void kvr_dump_load_dynamo(kvr_dump_loader *l, const char *p, const char *e)
     p = kvr_dump_ws(p + 1, e);
     while (p < e && *p != '}') {
         const char *k = kvr_dump_value_end(p, e);
-        json_t *key = k && *p == '"' ? kvr_dump_parse(p, k) : NULL;
+        json_t *key = k && *p == '"' ? kvr_dump_parse(l, p, k) : NULL;
         const char *c = k ? kvr_dump_ws(k, e) : e;
         const char *v = c < e && *c == ':' ? kvr_dump_ws(c + 1, e) : e;
         const char *ve = kvr_dump_value_end(v, e);

@@ -16,7 +16,8 @@
  * allowed_workers, and the dump's block_hash, tokens_hash, parent_hash,
  * event_id: the member's value, or the elements of its array), as u64
  * markers that kvr_json_body_u64 reads. Anywhere else they fail as jansson
- * fails them ("too big integer"). */
+ * fails them ("too big integer"). Out of memory, err->text is "out of
+ * memory" (kvr_json_body_parse's KVR_JSON_BODY_NOMEM). */
 json_t *kvr_json_load_body(const char *buf, size_t len, size_t flags, json_error_t *err);
 
 /* A u64 marker of a parsed body (an integer above INT64_MAX that stood in
