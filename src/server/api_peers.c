@@ -69,8 +69,11 @@ char **kvr_server_peer_list(kvr_server *srv, size_t *n)
     char **out = calloc(srv->n_peers + 1, sizeof *out);
     *n = 0;
     for (size_t i = 0; out && i < srv->n_peers; i++)
-        if ((out[*n] = strdup(srv->peers[i])))
-            (*n)++;
+        if (!(out[(*n)++] = strdup(srv->peers[i]))) {
+            kvr_server_free_peer_list(out, *n); /* all or none: no peer left out unsaid */
+            out = NULL;
+            *n = 0;
+        }
     pthread_mutex_unlock(&srv->peers_mu);
     return out;
 }

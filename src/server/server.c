@@ -237,6 +237,8 @@ static void recover_at_start(kvr_server *srv)
 {
     size_t n;
     char **peers = kvr_server_peer_list(srv, &n);
+    if (!peers)
+        kvr_log(KVR_LOG_WARN, "peers: cannot list them (out of memory): continuing without a peer");
     for (size_t i = 0; i < n; i++) {
         char e[320];
         if (kvr_server_recover_from_peer(srv, peers[i], e, sizeof e) == 0)

@@ -148,7 +148,8 @@ typedef enum {
 } kvr_peer_result;
 kvr_peer_result kvr_server_add_peer(kvr_server *srv, const char *url);
 bool kvr_server_remove_peer(kvr_server *srv, const char *url);
-/* A copy of the list, in order (free with kvr_server_free_peer_list). */
+/* A copy of the list, in order (free with kvr_server_free_peer_list);
+ * NULL with *n 0 out of memory. */
 char **kvr_server_peer_list(kvr_server *srv, size_t *n);
 void kvr_server_free_peer_list(char **list, size_t n);
 
