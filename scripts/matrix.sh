@@ -56,7 +56,7 @@ fi
 want="${MATRIX_SHAPES:-}"
 echo "kvrouter sim matrix: $limit requests per run, seeds $seeds${*:+, extra: $*}"
 echo
-echo "| shape | seed | hit % (approx_tree) | best in caches % (SPEC §5-visible) | gap | load (bound) | TTFT p50 ms (best baseline) | TTFT p99 ms (best baseline) | verdict |"
+echo "| shape | seed | hit % (approx_tree) | best in caches % (SPEC §5-visible) | gap (warm-up) | load (bound) | TTFT p50 ms (best baseline) | TTFT p99 ms (best baseline) | verdict |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 rows=0
 passed=0
@@ -100,7 +100,7 @@ for entry in "${shapes[@]}"; do
         shape_ge[$name]=$(( ${shape_ge[$name]:-0} + ge ))
         shape_r50[$name]=$(awk -v s="${shape_r50[$name]:-0}" -v d="$r50" 'BEGIN { print s + d }')
         shape_r99[$name]=$(awk -v s="${shape_r99[$name]:-0}" -v d="$r99" 'BEGIN { print s + d }')
-        echo "| $name | $seed | ${f[hit]} (${f[approx_hit]}) | ${f[best]} (${f[visible]}) | ${f[gap]} |" \
+        echo "| $name | $seed | ${f[hit]} (${f[approx_hit]}) | ${f[best]} (${f[visible]}) | ${f[gap]} (${f[warmup]}) |" \
              "${f[load]} (${f[load_bound]}) | ${f[p50]} (${f[best_p50]} ${f[best_p50_by]}) |" \
              "${f[p99]} (${f[best_p99]} ${f[best_p99_by]}) | $verdict |"
         unset f

@@ -142,9 +142,11 @@ static const kvr_option sim_rows[] = {
     FLAG("json", json, "print one JSON object as the last line"),
     FLAG("diagnose", cfg.diagnose,
          "per policy, the best prefix any engine held at each routing moment, the best a "
-         "SPEC §5 router can see, and what the choices lost against both"),
+         "SPEC §5 router can see, and what the choices lost against both (of it, on each "
+         "slot's first request: the warm-up of its empty cache)"),
     FLAG("judge", judge,
-         "print issue 15's verdict on kvrouter against the baselines (implies --diagnose)"),
+         "print issue 15's verdict on kvrouter against the baselines (implies --diagnose; "
+         "the gap is judged past the warm-up)"),
     FLAG("quiet", quiet, "no progress on stderr"),
 };
 

@@ -23,7 +23,8 @@ static uint64_t tokens_of(size_t blocks, uint32_t B, size_t prompt)
 
 void kvr_sim_diagnose_request(kvr_sim_diagnosis *d, kvr_sim_engine **eng, const bool *kimi,
                               size_t n_slots, const kvr_sim_request *req, uint32_t block_size,
-                              bool eagle, size_t chosen, uint64_t chosen_reused)
+                              bool eagle, size_t chosen, uint64_t chosen_reused,
+                              bool first_on_slot)
 {
     size_t vis_kimi = visible_blocks(req, block_size, eagle);
     uint64_t best = 0, visible = 0;
@@ -50,6 +51,10 @@ void kvr_sim_diagnose_request(kvr_sim_diagnosis *d, kvr_sim_engine **eng, const 
     if (chosen_reused < best) {
         d->below_best++;
         d->best_shortfall += best - chosen_reused;
+        if (first_on_slot) {
+            d->warmup_below_best++;
+            d->warmup_shortfall += best - chosen_reused;
+        }
     }
     if (chosen_reused < visible) {
         d->below_visible++;
@@ -65,11 +70,14 @@ void kvr_sim_print_diagnosis(FILE *out, const char *policy, const kvr_sim_diagno
     double p = 100.0 / (double)prompt_tokens;
     fprintf(out,
             "diagnose %s: hit %.2f%%; best available in the fleet's caches %.2f%% (router-visible "
-            "under SPEC §5: %.2f%%); below best on %llu/%llu requests (-%.2f points), below the "
-            "visible best on %llu (-%.2f points)\n",
+            "under SPEC §5: %.2f%%); below best on %llu/%llu requests (-%.2f points; %llu of them a "
+            "slot's first request, -%.2f points of warm-up), below the visible best on %llu (-%.2f "
+            "points)\n",
             policy, reused_tokens * p, d->best_tokens * p, d->visible_tokens * p,
             (unsigned long long)d->below_best, (unsigned long long)d->requests,
-            d->best_shortfall * p, (unsigned long long)d->below_visible, d->visible_shortfall * p);
+            d->best_shortfall * p, (unsigned long long)d->warmup_below_best,
+            d->warmup_shortfall * p, (unsigned long long)d->below_visible,
+            d->visible_shortfall * p);
     if (d->mm_requests)
         fprintf(out,
                 "diagnose %s: %llu requests carry media (%.1f%% of prompt tokens), %llu of them "

@@ -18,10 +18,12 @@
  * token form and adds to d: the best prefix over slots (gpu + host), the
  * best a router bound by SPEC §5 can see (Kimi engine_wide slots cut at the
  * first block overlapping an image), and the chosen slot's shortfall.
- * chosen_reused is the chosen slot's reused tokens (capped at the prompt). */
+ * chosen_reused is the chosen slot's reused tokens (capped at the prompt);
+ * first_on_slot: the chosen slot has served no request before this one. */
 void kvr_sim_diagnose_request(kvr_sim_diagnosis *d, kvr_sim_engine **eng, const bool *kimi,
                               size_t n_slots, const kvr_sim_request *req, uint32_t block_size,
-                              bool eagle, size_t chosen, uint64_t chosen_reused);
+                              bool eagle, size_t chosen, uint64_t chosen_reused,
+                              bool first_on_slot);
 
 /* One line per diagnosed policy: "diagnose <policy>: ..." */
 void kvr_sim_print_diagnosis(FILE *out, const char *policy, const kvr_sim_diagnosis *d,

@@ -29,7 +29,11 @@ void kvr_sim_judge(const kvr_sim_result *res, const bool *which, kvr_sim_verdict
     out->hit = 100.0 * k->hit_rate;
     out->best = (double)k->diag.best_tokens * pct;
     out->visible = (double)k->diag.visible_tokens * pct;
-    out->gap = out->best - out->hit;
+    /* best - hit is the shortfall summed over requests (the chosen slot's
+     * peek is what serving it found); summed, so that no rounding of the
+     * three percentages makes a 0 gap -0.00 */
+    out->warmup = (double)k->diag.warmup_shortfall * pct;
+    out->gap = (double)(k->diag.best_shortfall - k->diag.warmup_shortfall) * pct;
     out->load = k->max_mean_load;
     out->p50 = k->ttft_p50_ms;
     out->p99 = k->ttft_p99_ms;
@@ -70,10 +74,10 @@ void kvr_sim_print_verdict(FILE *out, const kvr_sim_verdict *v)
                                     names[b]);
     fprintf(out,
             "judge: pass=%d fails=%s hit=%.2f approx_hit=%.2f best=%.2f visible=%.2f gap=%.2f "
-            "load=%.3f load_bound=%.3f p50=%.1f best_p50=%.1f best_p50_by=%s p99=%.1f "
+            "warmup=%.2f load=%.3f load_bound=%.3f p50=%.1f best_p50=%.1f best_p50_by=%s p99=%.1f "
             "best_p99=%.1f best_p99_by=%s\n",
             v->fails == 0, len ? fails : "-", v->hit, v->approx_hit, v->best, v->visible, v->gap,
-            v->load, v->load_bound, v->p50, v->best_p50,
+            v->warmup, v->load, v->load_bound, v->p50, v->best_p50,
             v->best_p50_policy >= 0 ? kvr_sim_policy_name((kvr_sim_policy)v->best_p50_policy)
                                     : "-",
             v->p99, v->best_p99,

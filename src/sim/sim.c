@@ -353,7 +353,7 @@ int kvr_sim_run(const kvr_sim_config *cfg, const kvr_sim_workload *wl, kvr_sim_p
             kvr_sim_engine_peek(s.eng[slot], engine_tokens(&s, slot), s.req.n, &seen);
             uint64_t got = (uint64_t)(seen.gpu_blocks + seen.cpu_blocks) * B;
             kvr_sim_diagnose_request(&out->diag, s.eng, s.kimi, s.n_slots, &s.req, B, cfg->eagle,
-                                     slot, got < s.req.n ? got : s.req.n);
+                                     slot, got < s.req.n ? got : s.req.n, s.assigned[slot] == 0);
         }
         if (cfg->choices)
             cfg->choices[i] = (uint32_t)slot;

@@ -79,6 +79,10 @@ void kvr_sim_config_defaults(kvr_sim_config *c);
 typedef struct {
     uint64_t requests, best_tokens, visible_tokens;
     uint64_t below_best, best_shortfall, below_visible, visible_shortfall;
+    /* Of below_best: requests that were the first their slot served, whose
+     * cache was still empty (warming a slot costs any policy that uses it
+     * the prefix others held: the system prompt), and their shortfall. */
+    uint64_t warmup_below_best, warmup_shortfall;
     uint64_t mm_requests, mm_prompt_tokens, mm_reused_tokens, mm_on_kimi; /* requests with media */
 } kvr_sim_diagnosis;
 

@@ -6,6 +6,7 @@
 #include "test_support.h"
 
 #include "sim/approx_tree.h"
+#include "sim/judge.h"
 #include "sim/sim.h"
 
 typedef struct {
@@ -291,6 +292,9 @@ static void test_diagnosis_best_and_visible(void **state)
         assert_int_equal(r.diag.best_tokens, 7 * 592);
         assert_int_equal(r.diag.below_best, 3);
         assert_int_equal(r.diag.best_shortfall, 3 * 592);
+        /* all three misses were their engine's first request */
+        assert_int_equal(r.diag.warmup_below_best, 3);
+        assert_int_equal(r.diag.warmup_shortfall, 3 * 592);
         assert_int_equal(r.diag.visible_tokens, kimi ? 7 * 32 : 7 * 592);
         assert_int_equal(r.diag.below_visible, 3);
         assert_int_equal(r.diag.visible_shortfall, kimi ? 3 * 32 : 3 * 592);
@@ -300,6 +304,59 @@ static void test_diagnosis_best_and_visible(void **state)
         kvr_sim_workload_free(&wl);
     }
     free(m.trace.reqs);
+}
+
+/* Round robin over 2 engines on prompts a, a, b, b: request 1 misses a on
+ * engine 1's first request (warm-up), request 3 misses b on engine 1's
+ * second (a choice below the best). The judge counts only the second. */
+static void test_diagnosis_warmup_is_each_slots_first_request(void **state)
+{
+    (void)state;
+    uint64_t a[] = {1, 2}, b[] = {3, 4};
+    kvr_trace_request reqs[] = {
+        {0, 2 * 512, 10, 2, a},
+        {0, 2 * 512, 10, 2, a},
+        {0, 2 * 512, 10, 2, b},
+        {0, 2 * 512, 10, 2, b},
+    };
+    kvr_trace t = {reqs, 4};
+    kvr_sim_workload wl;
+    assert_int_equal(kvr_sim_workload_init(&wl, &t, 0, 1), 0);
+    kvr_sim_config c;
+    base_config(&c, 2);
+    c.diagnose = true;
+    kvr_sim_result res[KVR_SIM_POLICY_COUNT];
+    memset(res, 0, sizeof res);
+    char err[256];
+    assert_int_equal(kvr_sim_run(&c, &wl, KVR_SIM_ROUND_ROBIN, &res[KVR_SIM_KVROUTER], err,
+                                 sizeof err),
+                     0);
+    const kvr_sim_diagnosis *d = &res[KVR_SIM_KVROUTER].diag;
+    assert_int_equal(d->below_best, 2);
+    assert_int_equal(d->warmup_below_best, 1);
+    assert_true(d->warmup_shortfall > 0);
+    assert_int_equal(d->best_shortfall, 2 * d->warmup_shortfall);
+    /* Judged as kvrouter's run: the gap past warm-up is the second miss. */
+    bool which[KVR_SIM_POLICY_COUNT] = {false};
+    which[KVR_SIM_KVROUTER] = true;
+    kvr_sim_verdict v;
+    kvr_sim_judge(res, which, &v);
+    assert_true(v.judged);
+    double pct = 100.0 / (double)res[KVR_SIM_KVROUTER].prompt_tokens;
+    assert_true(fabs(v.warmup - (double)d->warmup_shortfall * pct) < 1e-9);
+    assert_true(fabs(v.best - v.hit - v.warmup - v.gap) < 1e-9);
+    assert_true(fabs(v.gap - (double)d->warmup_shortfall * pct) < 1e-9);
+    assert_true(v.gap > KVR_SIM_JUDGE_MAX_GAP_POINTS); /* 4 small requests: a large share */
+    assert_true(v.fails & KVR_SIM_FAIL_GAP);
+    /* Without its second miss (the diagnosis of a run that only warmed its
+     * slots) the gap is 0 and passes, although best - hit is not. */
+    res[KVR_SIM_KVROUTER].diag.best_shortfall -= d->warmup_shortfall;
+    res[KVR_SIM_KVROUTER].diag.best_tokens -= d->warmup_shortfall;
+    kvr_sim_judge(res, which, &v);
+    assert_true(fabs(v.gap) < 1e-9);
+    assert_true(v.best - v.hit > KVR_SIM_JUDGE_MAX_GAP_POINTS);
+    assert_false(v.fails & KVR_SIM_FAIL_GAP);
+    kvr_sim_workload_free(&wl);
 }
 
 /* A request's image goes in the last full block it adds: never in the
@@ -414,6 +471,7 @@ int main(void)
         cmocka_unit_test(test_oracle_bounds_baselines),
         cmocka_unit_test(test_kimi_share_spreads),
         cmocka_unit_test(test_diagnosis_best_and_visible),
+        cmocka_unit_test(test_diagnosis_warmup_is_each_slots_first_request),
         cmocka_unit_test(test_image_in_newest_full_block),
         cmocka_unit_test(test_shapes_the_baselines_cannot_tell_apart),
     };
