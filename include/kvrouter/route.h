@@ -452,6 +452,23 @@ void kvr_router_load(kvr_router *r, const char *model, const char *group, uint64
 double kvr_router_prefill_rate(kvr_router *r, const char *model, const char *group,
                                uint64_t worker_id, uint32_t dp_rank);
 
+/* What the router went on without for want of memory, each counted where
+ * it was lost (name, /metrics series, help): the /route or timing went on,
+ * without the part named. One list: kvr_router_stats, the router's own
+ * counts and /metrics expand it, so a new one is one line here plus the
+ * code that moves it. */
+#define KVR_ROUTER_LOST_COUNTERS(X)                                                        \
+    X(copy_cost_lost, "kvr_router_copy_cost_lost_total",                                   \
+      "ttft /route calls priced without the copy cost (recompute_weight): out of memory")  \
+    X(work_lost, "kvr_router_work_lost_total",                                             \
+      "Bookings whose prefill the recent work (the tie-break) missed: out of memory")      \
+    X(rate_samples_lost, "kvr_router_rate_samples_lost_total",                             \
+      "/prefill_done timings the prefill rate missed: out of memory")                      \
+    X(fit_samples_lost, "kvr_router_fit_samples_lost_total",                               \
+      "/prefill_done timings the fit of how decoding slows prefill missed: out of memory") \
+    X(decode_samples_lost, "kvr_router_decode_samples_lost_total",                         \
+      "/free timings the decode speed missed: out of memory")
+
 typedef struct {
     uint64_t queries;
     uint64_t routes;
@@ -481,19 +498,12 @@ typedef struct {
      * oldest past 1,024 a worker; edge_at_limit counts those), and bookings
      * the edge missed for want of memory */
     uint64_t edge_returned, edge_aged_out, edge_at_limit, edge_lost;
-    /* Out of memory, routed anyway: ttft /routes priced without the copy
-     * cost (recompute_weight), and bookings the recent work (the tie-break)
-     * missed */
-    uint64_t copy_cost_lost, work_lost;
-    /* Out of memory: /prefill_done timings the prefill rate (rate_samples)
-     * missed */
-    uint64_t rate_samples_lost;
     /* Out of memory: bookings the approximate index noted in part (a
      * shorter prefix) or not at all */
     uint64_t approx_lost;
-    /* Out of memory: /prefill_done timings the fit of how decoding slows
-     * prefill missed, /free timings the decode speed missed */
-    uint64_t fit_samples_lost, decode_samples_lost;
+#define KVR_ROUTER_LOST_FIELD_(name, metric, help) uint64_t name;
+    KVR_ROUTER_LOST_COUNTERS(KVR_ROUTER_LOST_FIELD_)
+#undef KVR_ROUTER_LOST_FIELD_
 } kvr_router_stats;
 
 void kvr_router_stats_get(kvr_router *r, kvr_router_stats *out);

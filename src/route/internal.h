@@ -167,14 +167,14 @@ typedef struct {
     kvr_u64map fits;   /* index -> route_decode_fit* (one per (model, group)) */
     uint64_t n_rates, rate_samples;
     uint64_t rates_evicted; /* stalest rates dropped at KVR_ROUTE_MAX_RATES */
-    /* Out of memory, the route goes on without: ttft /routes whose costs
-     * lack the copy cost (route_add_duplicate_cost), bookings whose prefill
-     * the recent work never got (route_rate_add_work), /prefill_done
-     * timings the prefill rate never got (route_rate_sample) or the
-     * decode-slowdown fit (route_fit_sample), /free timings the decode
-     * speed never got (route_rate_decode_sample) */
-    uint64_t copy_cost_lost, work_lost, rate_samples_lost, fit_samples_lost;
-    uint64_t decode_samples_lost;
+    /* Out of memory, the route goes on without (KVR_ROUTER_LOST_COUNTERS):
+     * the copy cost (route_add_duplicate_cost), a booking's recent work
+     * (route_rate_add_work), a prefill-rate sample (route_rate_sample), a
+     * sample of the decode-slowdown fit (route_fit_sample), a decode-speed
+     * sample (route_rate_decode_sample) */
+#define KVR_ROUTER_LOST_FIELD_(name, metric, help) uint64_t name;
+    KVR_ROUTER_LOST_COUNTERS(KVR_ROUTER_LOST_FIELD_)
+#undef KVR_ROUTER_LOST_FIELD_
     route_edge_counts edges;
     /* The ttft model's error, fleet-wide: decayed sums of |measured -
      * predicted| and of predicted over this router's /prefill_done timings

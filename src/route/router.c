@@ -248,11 +248,9 @@ void kvr_router_stats_get(kvr_router *r, kvr_router_stats *out)
     out->edge_aged_out = r->bk.edges.aged_out;
     out->edge_at_limit = r->bk.edges.at_limit;
     out->edge_lost = r->bk.edges.lost;
-    out->copy_cost_lost = r->bk.copy_cost_lost;
-    out->work_lost = r->bk.work_lost;
-    out->rate_samples_lost = r->bk.rate_samples_lost;
-    out->fit_samples_lost = r->bk.fit_samples_lost;
-    out->decode_samples_lost = r->bk.decode_samples_lost;
+#define LOST_COPY_(name, metric, help) out->name = r->bk.name;
+    KVR_ROUTER_LOST_COUNTERS(LOST_COPY_)
+#undef LOST_COPY_
     it = 0;
     while (kvr_u64map_next(&r->bk.rates, &it, &k, &v))
         for (const route_rate *rt = (const route_rate *)(uintptr_t)v; rt; rt = rt->hnext)

@@ -251,13 +251,6 @@ void kvr_metrics_router(kvr_metrics_ctx *m)
             st.bookings_aged_out);
     counter(b, "kvr_router_rate_samples_total",
             "/prefill_done timings taken as prefill-rate samples", st.rate_samples);
-    counter(b, "kvr_router_rate_samples_lost_total",
-            "/prefill_done timings the prefill rate missed: out of memory", st.rate_samples_lost);
-    counter(b, "kvr_router_fit_samples_lost_total",
-            "/prefill_done timings the fit of how decoding slows prefill missed: out of memory",
-            st.fit_samples_lost);
-    counter(b, "kvr_router_decode_samples_lost_total",
-            "/free timings the decode speed missed: out of memory", st.decode_samples_lost);
     gauge(b, "kvr_router_rates_learned", "(worker, rank) with a measured prefill rate in use",
           st.rates_learned);
     counter(b, "kvr_router_rates_evicted_total",
@@ -284,12 +277,9 @@ void kvr_metrics_router(kvr_metrics_ctx *m)
             st.edge_at_limit);
     counter(b, "kvr_router_edge_lost_total",
             "lru_edge: bookings the LRU edge missed (out of memory)", st.edge_lost);
-    counter(b, "kvr_router_copy_cost_lost_total",
-            "ttft /route calls priced without the copy cost (recompute_weight): out of memory",
-            st.copy_cost_lost);
-    counter(b, "kvr_router_work_lost_total",
-            "Bookings whose prefill the recent work (the tie-break) missed: out of memory",
-            st.work_lost);
+#define LOST_COUNTER_(name, metric, help) counter(b, metric, help, st.name);
+    KVR_ROUTER_LOST_COUNTERS(LOST_COUNTER_)
+#undef LOST_COUNTER_
     gauge(b, "kvr_router_approx_workers",
           "(worker, rank) scored from the approximate index (no KV events)", st.approx_workers);
     gauge(b, "kvr_router_approx_blocks", "Blocks held in the approximate index",
