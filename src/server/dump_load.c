@@ -113,13 +113,13 @@ const char *kvr_dump_value_end(const char *p, const char *e)
 json_t *kvr_dump_parse(kvr_dump_loader *l, const char *p, const char *q)
 {
     json_error_t jerr;
-    kvr_json_body b;
     if ((size_t)(q - p) > KVR_DUMP_MAX_RECORD)
         return NULL;
-    if (kvr_json_body_parse(p, (size_t)(q - p), JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, NULL,
-                            &b, &jerr) == KVR_JSON_BODY_NOMEM)
+    json_t *v = kvr_json_load_body(p, (size_t)(q - p), JSON_DECODE_ANY | JSON_REJECT_DUPLICATES,
+                                   &jerr);
+    if (!v && json_error_code(&jerr) == json_error_out_of_memory)
         kvr_dump_fail(l, "%s", "out of memory");
-    return b.root; /* nothing else is held without vec_keys */
+    return v;
 }
 
 /* Calls fn for each element of the array at [p, q). false when it is not

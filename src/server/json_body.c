@@ -345,12 +345,16 @@ static json_t *parse_substituted(const char *buf, size_t len, size_t flags,
     return out->root;
 }
 
-/* The error of a body not judged for want of memory. */
+/* The error of a body not judged for want of memory, as jansson writes its
+ * own: the text, and the code in the text's last byte where
+ * json_error_code() reads it (jansson.h), so a caller of
+ * kvr_json_load_body tells it apart from a bad body. */
 static void oom_error(json_error_t *err)
 {
     memset(err, 0, sizeof *err);
     err->line = err->column = -1;
     snprintf(err->text, sizeof err->text, "out of memory");
+    err->text[JSON_ERROR_TEXT_LENGTH - 1] = (char)json_error_out_of_memory;
 }
 
 int kvr_json_body_parse(const char *buf, size_t len, size_t flags, const kvr_json_body_opts *opts,

@@ -16,8 +16,9 @@
  * allowed_workers, and the dump's block_hash, tokens_hash, parent_hash,
  * event_id: the member's value, or the elements of its array), as u64
  * markers that kvr_json_body_u64 reads. Anywhere else they fail as jansson
- * fails them ("too big integer"). Out of memory, err->text is "out of
- * memory" (kvr_json_body_parse's KVR_JSON_BODY_NOMEM). */
+ * fails them ("too big integer"). Out of memory (kvr_json_body_parse's
+ * KVR_JSON_BODY_NOMEM) err->text is "out of memory" and
+ * json_error_code(err) json_error_out_of_memory. */
 json_t *kvr_json_load_body(const char *buf, size_t len, size_t flags, json_error_t *err);
 
 /* A u64 marker of a parsed body (an integer above INT64_MAX that stood in
@@ -58,8 +59,8 @@ typedef struct {
  * KVR_JSON_BODY_NOMEM when the body could not be judged for want of
  * memory: jansson ran out, or the fast path did and jansson then refused
  * an integer as too big (which the fast path may have kept in a u64
- * field); err->text is then "out of memory". kvr_json_load_body returns
- * NULL for both. */
+ * field); err->text is then "out of memory", json_error_code(err)
+ * json_error_out_of_memory. kvr_json_load_body returns NULL for both. */
 #define KVR_JSON_BODY_NOMEM (-2)
 int kvr_json_body_parse(const char *buf, size_t len, size_t flags, const kvr_json_body_opts *opts,
                         kvr_json_body *out, json_error_t *err);

@@ -68,6 +68,7 @@ static void test_fast_path_out_of_memory_is_not_bad_json(void **state)
     assert_int_equal(failed, 1);
     assert_int_equal(rc, KVR_JSON_BODY_NOMEM); /* before: -1, "too big integer" */
     assert_string_equal(err.text, "out of memory");
+    assert_int_equal(json_error_code(&err), json_error_out_of_memory);
     assert_null(b.root);
 
     /* Without an integer above INT64_MAX jansson takes the body as it is:
@@ -101,6 +102,7 @@ static void test_jansson_out_of_memory_is_not_bad_json(void **state)
     jansson_fails = 0;
     assert_int_equal(rc, KVR_JSON_BODY_NOMEM);
     assert_string_equal(err.text, "out of memory");
+    assert_int_equal(json_error_code(&err), json_error_out_of_memory);
     assert_int_equal(kvr_json_body_parse(body, strlen(body), 0, NULL, &b, &err), 0);
     kvr_json_body_free(&b);
     json_set_alloc_funcs(malloc, free);
