@@ -4,27 +4,12 @@
  * group past the learned bound is (groups_over_limit). Until then the
  * failure was dropped, and the group's later events that name no kind (a
  * removal, as engines send them) were taken for an unknown group's with
- * nothing to say why. Allocation failure is injected by linking this test
- * with -Wl,--wrap=calloc (the map's slots): the armed calloc fails once. */
+ * nothing to say why. Allocation failure is injected with
+ * tests/support/fail_alloc.h (the map's slots): the armed calloc fails once. */
 #include "norm_fixture.h"
 #include "normalize/filter.h"
 #include "util/u64map.h"
-
-void *__real_calloc(size_t n, size_t size);
-void *__wrap_calloc(size_t n, size_t size);
-
-static size_t fail_size; /* the next calloc of elements of this size fails */
-static int failed;
-
-void *__wrap_calloc(size_t n, size_t size)
-{
-    if (fail_size && size == fail_size) {
-        fail_size = 0;
-        failed++;
-        return NULL;
-    }
-    return __real_calloc(n, size);
-}
+#include "fail_alloc.h"
 
 static const uint64_t H[] = {1};
 
@@ -35,10 +20,10 @@ static void test_kind_not_learned_is_counted(void **state)
     kvr_norm_filter_init(&f, 16);
     kvr_raw_event s = in_group(base_ev(KVR_EV_STORED, H, 1), 3, "full_attention");
     kvr_raw_event r = in_group(base_ev(KVR_EV_REMOVED, H, 1), 3, NULL);
-    fail_size = sizeof(kvr_u64map_slot);
-    failed = 0;
+    kvr_fail_reset();
+    kvr_fail_calloc(0, sizeof(kvr_u64map_slot));
     assert_int_equal(kvr_norm_filter_check_all(&f, &s), KVR_DROP_NONE); /* its own kind */
-    assert_int_equal(failed, 1);
+    assert_int_equal(kvr_fail_count(), 1);
     assert_int_equal(f.group_kinds_lost, 1);
     assert_int_equal(f.groups_over_limit, 0);
     assert_int_equal(kvr_u64map_len(&f.group_kinds), 0);
@@ -60,10 +45,10 @@ static void test_normalizer_counts_it(void **state)
     text(tok, 4, 100);
     kvr_raw_event s = in_group(store_ev(H, 1, false, 0, tok, 4), 3, "full_attention");
     kvr_norm_event out;
-    fail_size = sizeof(kvr_u64map_slot);
-    failed = 0;
+    kvr_fail_reset();
+    kvr_fail_calloc(0, sizeof(kvr_u64map_slot));
     kvr_normalize(n, &s, &out);
-    assert_int_equal(failed, 1);
+    assert_int_equal(kvr_fail_count(), 1);
     assert_int_equal(out.kind, KVR_NORM_STORE);
     assert_int_equal(counters(n).group_kinds_lost, 1);
     assert_int_equal(counters(n).groups_over_limit, 0);

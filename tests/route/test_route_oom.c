@@ -10,51 +10,14 @@
  * and a booking the approximate index (a worker without KV events) could
  * note only in part or not at all (approx_lost), which must never leave a
  * hole in a prompt's prefix. Allocation failure is injected by linking
- * this test with -Wl,--wrap=calloc,--wrap=realloc: the armed calloc of one
- * exact (count, size), or realloc of one size, fails once. */
+ * this test with tests/support/fail_alloc.c: the armed calloc of one exact (count,
+ * size), or realloc of one size, fails once. */
 #include <math.h>
 #include <unistd.h>
 
 #include "route/internal.h"
+#include "fail_alloc.h"
 #include "route_test_util.h"
-
-void *__real_calloc(size_t n, size_t size);
-void *__wrap_calloc(size_t n, size_t size);
-
-static size_t fail_n, fail_size; /* the next calloc(fail_n, fail_size) fails */
-static int failed;
-
-void *__wrap_calloc(size_t n, size_t size)
-{
-    if (fail_size && n == fail_n && size == fail_size) {
-        fail_size = 0;
-        failed++;
-        return NULL;
-    }
-    return __real_calloc(n, size);
-}
-
-/* The next calloc(n, size) fails. */
-static void arm(size_t n, size_t size)
-{
-    fail_n = n;
-    fail_size = size;
-}
-
-void *__real_realloc(void *p, size_t size);
-void *__wrap_realloc(void *p, size_t size);
-
-static size_t fail_realloc_size; /* the next realloc to this size fails */
-
-void *__wrap_realloc(void *p, size_t size)
-{
-    if (fail_realloc_size && size == fail_realloc_size) {
-        fail_realloc_size = 0;
-        failed++;
-        return NULL;
-    }
-    return __real_realloc(p, size);
-}
 
 #define BS 4
 #define N 1024 /* 256 blocks */
@@ -82,7 +45,7 @@ static fx *make(kvr_lru_edge edge)
     rt_widen(f->tokens, t, 200 * BS);
     rt_store(f->ix, w, 0, BS, t, 200 * BS, false, 100000);
     rt_register(f->ix, 2, BS, KVR_MM_LEGACY, -1, false, NULL);
-    failed = 0;
+    kvr_fail_reset();
     return f;
 }
 
@@ -115,9 +78,9 @@ static void test_copy_cost_out_of_memory_is_counted(void **state)
     assert_int_equal(kvr_router_release(f->r, "a"), KVR_ROUTE_OK); /* no queue on 1 */
     assert_int_equal(stats_of(f).copy_cost_lost, 0);
 
-    arm(201, sizeof(uint32_t));
+    kvr_fail_calloc(201, sizeof(uint32_t));
     d = rt_route_debug(f->r, f->tokens, N, "b", 0);
-    assert_int_equal(failed, 1);
+    assert_int_equal(kvr_fail_count(), 1);
     assert_true(near(rt_cost_of(&d, 1)->cost, 224 / 1e4));
     assert_true(near(rt_cost_of(&d, 2)->cost, 1024 / 1e4));
     assert_true(d.worker_id == 1);
@@ -138,9 +101,9 @@ static void test_recent_work_out_of_memory_is_counted(void **state)
 {
     (void)state;
     fx *f = make(KVR_EDGE_TIE);
-    arm(1, sizeof(route_rate));
+    kvr_fail_calloc(1, sizeof(route_rate));
     kvr_route_decision d = rt_route_debug(f->r, f->tokens, N, "a", 1);
-    assert_int_equal(failed, 1);
+    assert_int_equal(kvr_fail_count(), 1);
     assert_true(d.worker_id == 1);
     assert_int_equal(d.booked_prefill_tokens, 224);
     kvr_route_decision_free(&d);
@@ -150,7 +113,7 @@ static void test_recent_work_out_of_memory_is_counted(void **state)
     assert_int_equal(st.bookings_active, 1);
     assert_int_equal(st.copy_cost_lost, 0);
 
-    fail_size = 0;
+    kvr_fail_calloc(0, 0);
     d = rt_route_debug(f->r, f->tokens, N, "b", 1);
     kvr_route_decision_free(&d);
     d = rt_route_debug(f->r, f->tokens, N, "c", 0);
@@ -166,7 +129,7 @@ static void test_recent_work_out_of_memory_is_counted(void **state)
  * stats after it. */
 static kvr_router_stats prefill_done_failing(fx *f, const char *id, size_t size)
 {
-    arm(1, size);
+    kvr_fail_calloc(1, size);
     assert_int_equal(kvr_router_prefill_done_after(f->r, id, 0.1), KVR_ROUTE_OK);
     return stats_of(f);
 }
@@ -178,14 +141,14 @@ static void test_rate_sample_out_of_memory_is_counted(void **state)
 {
     (void)state;
     fx *f = make(KVR_EDGE_OFF);
-    arm(1, sizeof(route_rate));
+    kvr_fail_calloc(1, sizeof(route_rate));
     /* pinned to worker 2: 1024 tokens to prefill, nothing queued there */
     kvr_route_decision d = rt_route_debug(f->r, f->tokens, N, "a", 2);
     kvr_route_decision_free(&d);
-    assert_int_equal(failed, 1);
+    assert_int_equal(kvr_fail_count(), 1);
     assert_int_equal(stats_of(f).work_lost, 1);
     kvr_router_stats st = prefill_done_failing(f, "a", sizeof(route_rate));
-    assert_int_equal(failed, 2);
+    assert_int_equal(kvr_fail_count(), 2);
     assert_int_equal(st.rate_samples, 0);
     assert_int_equal(st.rate_samples_lost, 1);
     assert_int_equal(st.prefill_done, 1);
@@ -226,19 +189,19 @@ static void test_fit_and_decode_samples_out_of_memory_are_counted(void **state)
     fx *f = make(KVR_EDGE_OFF);
     route_osl(f, "a", 2, 16);
     kvr_router_stats st = prefill_done_failing(f, "a", sizeof(route_decode_fit));
-    assert_int_equal(failed, 1);
+    assert_int_equal(kvr_fail_count(), 1);
     assert_int_equal(st.rate_samples, 1);
     assert_int_equal(st.fit_samples_lost, 1);
     assert_int_equal(st.decode_samples_lost, 0);
 
-    arm(1, sizeof(route_rate));
+    kvr_fail_calloc(1, sizeof(route_rate));
     route_osl(f, "b", 1, 16);
-    assert_int_equal(failed, 2);
+    assert_int_equal(kvr_fail_count(), 2);
     assert_int_equal(kvr_router_prefill_done_after(f->r, "b", 0.1), KVR_ROUTE_OK);
     usleep(2000); /* the decode takes time: /free after /prefill_done */
-    arm(1, sizeof(route_rate));
+    kvr_fail_calloc(1, sizeof(route_rate));
     assert_int_equal(kvr_router_release(f->r, "b"), KVR_ROUTE_OK);
-    assert_int_equal(failed, 3);
+    assert_int_equal(kvr_fail_count(), 3);
     st = stats_of(f);
     assert_int_equal(st.work_lost, 1);
     assert_int_equal(st.rate_samples, 1);
@@ -262,7 +225,7 @@ static fx *make_approx(void)
     rt_kv_events = KVR_KV_EVENTS_OFF;
     rt_register(f->ix, 3, BS, KVR_MM_LEGACY, -1, false, NULL);
     rt_kv_events = KVR_KV_EVENTS_ON;
-    failed = 0;
+    kvr_fail_reset();
     return f;
 }
 
@@ -298,9 +261,9 @@ static void test_approx_note_without_fifo_room_notes_nothing(void **state)
     fx *f = make_approx();
     route_to_3(f, f->tokens, 64 * BS, "a");
     assert_int_equal(approx_overlap(f, f->tokens, 64 * BS), 64);
-    fail_realloc_size = 128 * 16; /* 128 fifo entries of (hash, expiry) */
+    kvr_fail_realloc(128 * 16); /* 128 fifo entries of (hash, expiry) */
     route_to_3(f, f->tokens, 64 * BS, "b");
-    assert_int_equal(failed, 1);
+    assert_int_equal(kvr_fail_count(), 1);
     assert_int_equal(approx_overlap(f, f->tokens, 64 * BS), 64);
     kvr_router_stats st = stats_of(f);
     assert_int_equal(st.approx_blocks, 64);
@@ -325,9 +288,9 @@ static void test_approx_note_cut_short_keeps_a_prefix(void **state)
     for (uint32_t i = 0; i < N; i++)
         other[i] = i < 64 * BS ? f->tokens[i] : 90000 + i;
     assert_int_equal(approx_overlap(f, other, N), 64);
-    arm(1024, sizeof(kvr_u64map_slot));
+    kvr_fail_calloc(1024, sizeof(kvr_u64map_slot));
     route_to_3(f, other, N, "b");
-    assert_int_equal(failed, 1);
+    assert_int_equal(kvr_fail_count(), 1);
     assert_int_equal(approx_overlap(f, other, N), 192);
     assert_int_equal(approx_overlap(f, f->tokens, N), 256);
     kvr_router_stats st = stats_of(f);

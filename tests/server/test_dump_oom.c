@@ -5,35 +5,20 @@
  * and registers; a record with no memory to parse is skipped with that
  * error too, and a Dynamo group's cursors that could not be read count as
  * skipped. The cursor list's first growth (8 records), or the body
- * parser's value buffer (4096 json_int_t), is made to fail by linking this
- * test with -Wl,--wrap=realloc. */
+ * parser's value buffer (4096 json_int_t), is made to fail with
+ * tests/support/fail_alloc.h's armed realloc. */
 #include "test_support.h"
 
 #include <string.h>
 
 #include "server/dump_load.h"
-
-void *__real_realloc(void *p, size_t size);
-void *__wrap_realloc(void *p, size_t size);
-
-static size_t fail_size; /* the next realloc to this size fails */
-static int failed;
-
-void *__wrap_realloc(void *p, size_t size)
-{
-    if (fail_size && size == fail_size) {
-        fail_size = 0;
-        failed++;
-        return NULL;
-    }
-    return __real_realloc(p, size);
-}
+#include "fail_alloc.h"
 
 /* The next realloc to size fails (0: none). */
 static void arm(size_t size)
 {
-    failed = 0;
-    fail_size = size;
+    kvr_fail_reset();
+    kvr_fail_realloc(size);
 }
 
 #define CURSOR(worker, seq)                                                                   \
@@ -49,7 +34,7 @@ static void test_cursor_without_memory_is_skipped_and_said(void **state)
     arm(8 * sizeof(kvr_dump_cursor_rec));
     assert_true(kvr_dump_loader_feed(&l, dump, strlen(dump), true));
     assert_true(kvr_dump_loader_finish(&l));
-    assert_int_equal(failed, 1);
+    assert_int_equal(kvr_fail_count(), 1);
     assert_int_equal(l.n_cursors, 1); /* memory back for the second */
     assert_int_equal(l.cursors[0].worker_id, 2);
     assert_int_equal(l.cursors[0].seq, 9);
@@ -84,7 +69,7 @@ static void test_record_without_memory_to_parse_is_said(void **state)
         arm(pass ? 0 : VALS_BYTES);
         assert_true(kvr_dump_loader_feed(&l, dump, strlen(dump), true));
         assert_true(kvr_dump_loader_finish(&l));
-        assert_int_equal(failed, !pass);
+        assert_int_equal(kvr_fail_count(), !pass);
         assert_int_equal(json_array_size(l.regs), pass);
         assert_int_equal(l.skipped, !pass);
         assert_string_equal(l.err, pass ? "" : "out of memory");

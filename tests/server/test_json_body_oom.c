@@ -6,9 +6,8 @@
  * integer", before) but answered as the server answers other
  * out-of-memory failures, 500 {"error": "out of memory"}, and counted in
  * kvr_http_body_out_of_memory_total. The fast path's first value buffer
- * (4096 json_int_t) is made to fail by linking this test with
- * -Wl,--wrap=realloc; jansson's own allocations through
- * json_set_alloc_funcs. */
+ * (4096 json_int_t) is made to fail with tests/support/fail_alloc.h's
+ * armed realloc; jansson's own allocations through json_set_alloc_funcs. */
 #include "test_support.h"
 
 #include <stdatomic.h>
@@ -19,25 +18,10 @@
 #include "kvrouter/server.h"
 #include "server/json_body.h"
 #include "net_helpers.h"
+#include "fail_alloc.h"
 
 #define BIG "18446744073709551615" /* 2^64 - 1 */
 #define VALS_BYTES (4096 * sizeof(json_int_t)) /* the fast path's first value buffer */
-
-void *__real_realloc(void *p, size_t size);
-void *__wrap_realloc(void *p, size_t size);
-
-static _Atomic size_t fail_size; /* the next realloc to this size fails */
-static _Atomic int failed;
-
-void *__wrap_realloc(void *p, size_t size)
-{
-    size_t want = size;
-    if (size && atomic_compare_exchange_strong(&fail_size, &want, 0)) {
-        failed++;
-        return NULL;
-    }
-    return __real_realloc(p, size);
-}
 
 static const char *const vec_keys[] = {"token_ids", NULL};
 static const kvr_json_body_opts opts = {vec_keys};
@@ -62,10 +46,10 @@ static void test_fast_path_out_of_memory_is_not_bad_json(void **state)
     assert_int_equal(kvr_json_body_parse(body, strlen(body), 0, &opts, &b, &err), 0);
     kvr_json_body_free(&b);
 
-    failed = 0;
-    fail_size = VALS_BYTES;
+    kvr_fail_reset();
+    kvr_fail_realloc(VALS_BYTES);
     int rc = kvr_json_body_parse(body, strlen(body), 0, &opts, &b, &err);
-    assert_int_equal(failed, 1);
+    assert_int_equal(kvr_fail_count(), 1);
     assert_int_equal(rc, KVR_JSON_BODY_NOMEM); /* before: -1, "too big integer" */
     assert_string_equal(err.text, "out of memory");
     assert_int_equal(json_error_code(&err), json_error_out_of_memory);
@@ -74,9 +58,9 @@ static void test_fast_path_out_of_memory_is_not_bad_json(void **state)
     /* Without an integer above INT64_MAX jansson takes the body as it is:
      * the same tree, the vector left in it. */
     body_with(body, sizeof body, "", "7");
-    fail_size = VALS_BYTES;
+    kvr_fail_realloc(VALS_BYTES);
     assert_int_equal(kvr_json_body_parse(body, strlen(body), 0, &opts, &b, &err), 0);
-    assert_int_equal(failed, 2);
+    assert_int_equal(kvr_fail_count(), 2);
     json_t *want = json_loads(body, 0, NULL);
     assert_true(json_equal(b.root, want));
     assert_int_equal(b.n_vecs, 0);
@@ -123,11 +107,11 @@ static void test_route_body_out_of_memory_answers_500(void **state)
     assert_null(check); /* jansson alone refuses it (too big integer) */
     assert_int_equal(th_metric(base, "kvr_http_body_out_of_memory_total"), 0);
 
-    failed = 0;
-    fail_size = VALS_BYTES;
+    kvr_fail_reset();
+    kvr_fail_realloc(VALS_BYTES);
     long st = 0;
     json_t *r = th_json("POST", base, "/route", body, &st);
-    assert_int_equal(failed, 1);
+    assert_int_equal(kvr_fail_count(), 1);
     assert_int_equal(st, 500);
     assert_string_equal(json_string_value(json_object_get(r, "error")), "out of memory");
     json_decref(r);

@@ -2,8 +2,8 @@
  * /peers and by the recovery from a peer at start): all or nothing, so
  * /peers answers 500 {"error": "out of memory"} rather than 200 with a
  * peer silently left out, and the recovery says it has no list. One
- * peer's copy is made to fail by linking this test with
- * -Wl,--wrap=strdup (the armed string's copy fails once). */
+ * peer's copy is made to fail (tests/support/fail_alloc.h: the armed
+ * string's copy fails once). */
 #include "test_support.h"
 
 #include <stdatomic.h>
@@ -11,19 +11,7 @@
 
 #include "kvrouter/server.h"
 #include "net_helpers.h"
-
-char *__real_strdup(const char *s);
-char *__wrap_strdup(const char *s);
-
-static const char *_Atomic fail_copy; /* the next strdup of this string fails */
-
-char *__wrap_strdup(const char *s)
-{
-    const char *want = atomic_load(&fail_copy);
-    if (want && strcmp(s, want) == 0 && atomic_compare_exchange_strong(&fail_copy, &want, NULL))
-        return NULL;
-    return __real_strdup(s);
-}
+#include "fail_alloc.h"
 
 #define PEER1 "http://127.0.0.1:1"
 #define PEER2 "http://127.0.0.1:2"
@@ -46,9 +34,10 @@ static void test_peer_list_without_memory_is_500(void **state)
     assert_int_equal(json_array_size(r), 2);
     json_decref(r);
 
-    fail_copy = PEER2;
+    kvr_fail_reset();
+    kvr_fail_strdup(PEER2);
     r = th_json("GET", base, "/peers", NULL, &st);
-    assert_null(fail_copy); /* the copy was asked for, and failed */
+    assert_int_equal(kvr_fail_count(), 1); /* the copy was asked for, and failed */
     assert_int_equal(st, 500); /* before: 200 and [PEER1] */
     assert_string_equal(json_string_value(json_object_get(r, "error")), "out of memory");
     json_decref(r);
