@@ -45,6 +45,8 @@ typedef struct {
     double t_wall, t_mono; /* arrival, for the access log */
     kvr_endpoint *ep;      /* the row of (method, path); NULL: none */
     bool path_known;       /* some row has the path */
+    kvr_endpoint *timed;   /* the row whose histogram takes the reply; NULL: none */
+    double handler_s;      /* its handler's time */
 } req_ctx;
 
 void kvr_api_error(kvr_api_reply *reply, int status, const char *fmt, ...)
@@ -140,6 +142,34 @@ static void observe(kvr_endpoint *e, double secs, int status)
         atomic_fetch_add_explicit(&e->status_5xx, 1, memory_order_relaxed);
 }
 
+static const char oom_body[] = "{\"error\":\"out of memory\"}";
+
+/* The reply when the handler's could not be built or queued (its JSON
+ * body is NULL: json_pack or json_dumps out of memory): 500 {"error": "out
+ * of memory"}, counted; an error reply keeps its status, the body says why
+ * its message is missing. Static text: only libmicrohttpd's response is
+ * allocated; when even that fails the connection is cut, still recorded as
+ * the 500 it was. */
+static enum MHD_Result send_oom(kvr_server *srv, struct MHD_Connection *conn,
+                                kvr_api_reply *reply, size_t *bytes)
+{
+    atomic_fetch_add(&srv->replies_oom, 1);
+    if (reply->status < 400)
+        reply->status = 500;
+    *bytes = 0;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        sizeof oom_body - 1, (void *)oom_body, MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return MHD_NO;
+    *bytes = sizeof oom_body - 1;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (reply->www_authenticate)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, reply->www_authenticate);
+    enum MHD_Result r = MHD_queue_response(conn, (unsigned)reply->status, resp);
+    MHD_destroy_response(resp);
+    return r;
+}
+
 /* A streamed reply: the handler's reader behind libmicrohttpd's, which
  * calls it only when the socket can take more, so a slow client costs the
  * stream's own state, never a whole body. */
@@ -162,13 +192,16 @@ static void stream_free(void *cls)
 
 #define KVR_STREAM_BLOCK (64 * 1024)
 
-static enum MHD_Result send_stream(struct MHD_Connection *conn, kvr_api_reply *reply)
+/* Out of memory before the stream's headers are queued, the client gets
+ * send_oom's 500 (the status observe() and the access log take). */
+static enum MHD_Result send_stream(kvr_server *srv, struct MHD_Connection *conn,
+                                   kvr_api_reply *reply, size_t *bytes)
 {
     kvr_api_stream *s = malloc(sizeof *s);
     if (!s) {
         reply->stream.done(reply->stream.user);
         reply->stream.read = NULL;
-        return MHD_NO;
+        return send_oom(srv, conn, reply, bytes);
     }
     *s = reply->stream;
     reply->stream.read = NULL; /* the response owns it now */
@@ -176,7 +209,7 @@ static enum MHD_Result send_stream(struct MHD_Connection *conn, kvr_api_reply *r
         MHD_SIZE_UNKNOWN, KVR_STREAM_BLOCK, stream_read, s, stream_free);
     if (!resp) {
         stream_free(s);
-        return MHD_NO;
+        return send_oom(srv, conn, reply, bytes);
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                             reply->content_type ? reply->content_type : "application/json");
@@ -186,32 +219,28 @@ static enum MHD_Result send_stream(struct MHD_Connection *conn, kvr_api_reply *r
 }
 
 /* Queues the reply; *bytes gets the body length (0 for a stream: unknown
- * when it starts). */
-static enum MHD_Result send_reply(struct MHD_Connection *conn, kvr_api_reply *reply,
-                                  size_t *bytes)
+ * when it starts). reply->status ends as the status queued. */
+static enum MHD_Result send_reply(kvr_server *srv, struct MHD_Connection *conn,
+                                  kvr_api_reply *reply, size_t *bytes)
 {
     *bytes = 0;
     if (reply->stream.read)
-        return send_stream(conn, reply);
+        return send_stream(srv, conn, reply, bytes);
     char *text = reply->text;
     const char *ctype = reply->content_type;
-    if (!text) {
-        if (!reply->body)
-            reply->body = json_object();
+    if (!text && reply->body) {
         text = kvr_json_dumps(reply->body, JSON_COMPACT);
         ctype = "application/json";
-        if (!text) {
-            text = strdup("{\"error\":\"out of memory\"}");
-            reply->status = 500;
-        }
     }
     reply->text = NULL;
-    *bytes = text ? strlen(text) : 0;
+    if (!text)
+        return send_oom(srv, conn, reply, bytes);
+    *bytes = strlen(text);
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(*bytes, text, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(text);
-        return MHD_NO;
+        return send_oom(srv, conn, reply, bytes);
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                             ctype ? ctype : "application/json");
@@ -307,7 +336,7 @@ static void dispatch(kvr_server *srv, struct MHD_Connection *conn, const char *u
                       "waiting for %zu initial workers (%zu registered; min_initial_workers, "
                       "DYN_ROUTER_MIN_INITIAL_WORKERS)",
                       srv->min_initial_workers, kvr_registry_workers(srv->registry));
-        observe(match, 0, reply->status);
+        rc->timed = match;
         return;
     }
     double t0 = kvr_source_now();
@@ -346,7 +375,8 @@ static void dispatch(kvr_server *srv, struct MHD_Connection *conn, const char *u
             json_decref(body);
         }
     }
-    observe(match, kvr_source_now() - t0, reply->status);
+    rc->timed = match;
+    rc->handler_s = kvr_source_now() - t0;
 }
 
 
@@ -369,13 +399,16 @@ static void log_access(kvr_server *srv, struct MHD_Connection *conn, const char 
     kvr_access_log_write(srv->access_log, &rec);
 }
 
-/* Queues the reply, writes its access-log line and frees it. */
+/* Queues the reply, counts it in its endpoint's histogram (rc->timed) and
+ * access-log line with the status queued, and frees it. */
 static enum MHD_Result respond(kvr_server *srv, struct MHD_Connection *conn, const char *url,
                                const char *method, const req_ctx *rc, kvr_api_reply *reply)
 {
     kvr_conns_replying(srv->conns, conn);
     size_t bytes = 0;
-    enum MHD_Result r = send_reply(conn, reply, &bytes);
+    enum MHD_Result r = send_reply(srv, conn, reply, &bytes);
+    if (rc->timed)
+        observe(rc->timed, rc->handler_s, reply->status);
     if (srv->access_log)
         log_access(srv, conn, url, method, rc, reply->status, bytes);
     json_decref(reply->body);
@@ -400,7 +433,7 @@ static enum MHD_Result on_headers(kvr_server *srv, struct MHD_Connection *conn,
     rc->ep = find_endpoint(srv, url, method, &rc->path_known);
     kvr_api_reply reply = {0};
     if (rc->ep && !authorized(srv, conn, rc->ep, &reply)) {
-        observe(rc->ep, 0, reply.status);
+        rc->timed = rc->ep;
         return respond(srv, conn, url, method, rc, &reply);
     }
     const char *cl =

@@ -338,12 +338,7 @@ void kvr_metrics_http(kvr_metrics_ctx *m)
         kvr_sbuf_printf(b, "kvr_http_errors_total{%s,class=\"5xx\"} %" PRIu64 "\n", labels,
                         atomic_load(&e->status_5xx));
     }
-    counter(b, "kvr_http_body_too_large_total", "Requests refused with 413",
-            atomic_load(&srv->requests_413));
-    counter(b, "kvr_http_not_found_total", "Requests for a path no endpoint serves",
-            atomic_load(&srv->requests_404));
-    counter(b, "kvr_http_body_out_of_memory_total",
-            "Request bodies answered 500: no memory to parse them", atomic_load(&srv->bodies_oom));
-    counter(b, "kvr_dump_records_loaded_total", "Store records loaded from peers",
-            atomic_load(&srv->dump_records_loaded));
+#define SERVER_COUNTER_(field, series, help) counter(b, series, help, atomic_load(&srv->field));
+    KVR_SERVER_COUNTERS(SERVER_COUNTER_)
+#undef SERVER_COUNTER_
 }

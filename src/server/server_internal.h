@@ -58,6 +58,19 @@ typedef struct {
     _Atomic uint64_t status_4xx, status_5xx;
 } kvr_endpoint;
 
+/* The server's own counters, one list (field of kvr_server, /metrics
+ * series, help): the struct and kvr_metrics_http expand it, so a new
+ * counter is one line here and its README row. */
+#define KVR_SERVER_COUNTERS(X)                                                             \
+    X(requests_413, "kvr_http_body_too_large_total", "Requests refused with 413")           \
+    X(requests_404, "kvr_http_not_found_total", "Requests for a path no endpoint serves")  \
+    X(bodies_oom, "kvr_http_body_out_of_memory_total",                                     \
+      "Request bodies answered 500: no memory to parse them")                              \
+    X(replies_oom, "kvr_http_reply_out_of_memory_total",                                   \
+      "Replies whose body could not be built or queued: no memory (sent as 500 out of "    \
+      "memory; an error reply keeps its status)")                                          \
+    X(dump_records_loaded, "kvr_dump_records_loaded_total", "Store records loaded from peers")
+
 typedef struct kvr_sweeper kvr_sweeper;
 /* sweeper.c: expires router bookings about once a second. */
 kvr_sweeper *kvr_sweeper_start(kvr_server *srv);
@@ -90,9 +103,9 @@ struct kvr_server {
     } reload_hooks[8];
     size_t n_reload_hooks;
     _Atomic uint64_t reloads[2]; /* [0] applied, [1] failed (kvr_server_count_reload) */
-    _Atomic uint64_t requests_413, requests_404;
-    _Atomic uint64_t bodies_oom; /* bodies answered 500: no memory to parse them */
-    _Atomic uint64_t dump_records_loaded;
+#define KVR_SERVER_COUNTER_(field, series, help) _Atomic uint64_t field;
+    KVR_SERVER_COUNTERS(KVR_SERVER_COUNTER_)
+#undef KVR_SERVER_COUNTER_
     pthread_mutex_t peers_mu; /* guards the peer list (api_peers.c) */
     char **peers;
     size_t n_peers, cap_peers;
