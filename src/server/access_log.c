@@ -70,10 +70,10 @@ static void iso_time(double t, char *buf, size_t cap)
     snprintf(buf + n, cap - n, ".%03dZ", (int)((t - (double)secs) * 1000.0) % 1000);
 }
 
-void kvr_access_log_write(kvr_access_log *log, const kvr_access_record *r)
+int kvr_access_log_write(kvr_access_log *log, const kvr_access_record *r)
 {
     if (!log)
-        return;
+        return 0;
     char when[40];
     iso_time(r->time, when, sizeof when);
     json_t *o = json_pack("{s:s,s:o,s:o,s:i,s:f,s:I,s:I,s:s}", "time", when, "method",
@@ -81,23 +81,29 @@ void kvr_access_log_write(kvr_access_log *log, const kvr_access_record *r)
                           kvr_json_text_lossy(r->path ? r->path : ""), "status", r->status,
                           "duration_s", r->duration_s, "bytes_in", (json_int_t)r->bytes_in,
                           "bytes", (json_int_t)r->bytes_out, "remote", r->remote ? r->remote : "");
-    if (o && r->trace_id)
-        json_object_set_new(o, "trace_id", kvr_json_text_lossy(r->trace_id));
+    if (o && r->trace_id &&
+        json_object_set_new(o, "trace_id", kvr_json_text_lossy(r->trace_id)) != 0) {
+        json_decref(o); /* a line is written whole or not at all */
+        o = NULL;
+    }
     char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(o);
     if (!text) {
         KVR_LOG_LIMITED(KVR_LOG_WARN, NULL, "access log: out of memory for a line");
-        return;
+        return -1;
     }
     size_t len = strlen(text);
     text[len] = '\n';
     pthread_rwlock_rdlock(&log->lock);
     ssize_t w = write(log->fd, text, len + 1);
     pthread_rwlock_unlock(&log->lock);
-    if (w != (ssize_t)(len + 1))
-        KVR_LOG_LIMITED(KVR_LOG_WARN, NULL, "access log %s: write failed: %s", log->path,
-                        w < 0 ? strerror(errno) : "short write");
+    int err = errno;
     free(text);
+    if (w == (ssize_t)(len + 1))
+        return 0;
+    KVR_LOG_LIMITED(KVR_LOG_WARN, NULL, "access log %s: write failed: %s", log->path,
+                    w < 0 ? strerror(err) : "short write");
+    return -1;
 }
 
 void kvr_access_log_close(kvr_access_log *log)

@@ -25,7 +25,10 @@ typedef struct {
 kvr_access_log *kvr_access_log_open(const char *path, char *err, size_t err_len);
 /* 0, or -1 with err (the old file stays in use). */
 int kvr_access_log_reopen(kvr_access_log *log, char *err, size_t err_len);
-void kvr_access_log_write(kvr_access_log *log, const kvr_access_record *rec);
+/* 0 when the line was written (or log is NULL); -1 when it is lost: no
+ * memory to build it, or the write failed or fell short (a full disk).
+ * Logged, rate-limited; the caller counts it. */
+int kvr_access_log_write(kvr_access_log *log, const kvr_access_record *rec);
 void kvr_access_log_close(kvr_access_log *log);
 
 #endif

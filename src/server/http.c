@@ -396,7 +396,8 @@ static void log_access(kvr_server *srv, struct MHD_Connection *conn, const char 
         .remote = remote,
         .trace_id = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, srv->trace_id_header),
     };
-    kvr_access_log_write(srv->access_log, &rec);
+    if (kvr_access_log_write(srv->access_log, &rec) != 0)
+        atomic_fetch_add(&srv->access_lines_lost, 1);
 }
 
 /* Queues the reply, counts it in its endpoint's histogram (rc->timed) and

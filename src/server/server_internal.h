@@ -69,6 +69,8 @@ typedef struct {
     X(replies_oom, "kvr_http_reply_out_of_memory_total",                                   \
       "Replies whose body could not be built or queued: no memory (sent as 500 out of "    \
       "memory; an error reply keeps its status)")                                          \
+    X(access_lines_lost, "kvr_http_access_log_lines_lost_total",                           \
+      "Access-log lines not written: no memory to build them, or the write failed")        \
     X(dump_records_loaded, "kvr_dump_records_loaded_total", "Store records loaded from peers")
 
 typedef struct kvr_sweeper kvr_sweeper;

@@ -4,9 +4,10 @@
  * with `{}`, or a cut connection counted as a 200) but as 500 {"error":
  * "out of memory"}, counted in kvr_http_reply_out_of_memory_total, and the
  * endpoint's histogram and access-log line take the status that was sent.
- * jansson's allocations fail through kvr_fail_json_malloc
- * (tests/support/fail_alloc.h), the stream's record through the armed
- * malloc. */
+ * An access-log line lost (no memory to build it, a write that fails) is
+ * counted in kvr_http_access_log_lines_lost_total. jansson's allocations
+ * fail through kvr_fail_json_malloc (tests/support/fail_alloc.h), the
+ * stream's record through the armed malloc; /dev/full fails the writes. */
 #include "test_support.h"
 
 #include <stdio.h>
@@ -27,19 +28,29 @@ static void *count_malloc(size_t n)
     return malloc(n);
 }
 
-/* How many allocations a GET's argument object takes (http.c dispatch
- * builds it before the handler runs): the handler's first is the next. */
-static int get_args_allocs(void)
+/* How many allocations jansson makes for j = make(text) (counted at run
+ * time: jansson's own business). */
+static int allocs_of(json_t *(*make)(const char *), const char *text)
 {
     json_set_alloc_funcs(count_malloc, free);
     json_allocs = 0;
-    json_t *args = json_object();
+    json_t *j = make(text);
     int n = json_allocs;
-    json_decref(args);
+    json_decref(j);
     json_set_alloc_funcs(malloc, free);
-    assert_non_null(args);
+    assert_non_null(j);
     return n;
 }
+
+static json_t *object_of(const char *unused)
+{
+    (void)unused;
+    return json_object();
+}
+
+/* How many allocations a GET's argument object takes (http.c dispatch
+ * builds it before the handler runs): the handler's first is the next. */
+static int get_args_allocs(void) { return allocs_of(object_of, NULL); }
 
 static double errors_5xx(const char *base, const char *endpoint)
 {
@@ -93,6 +104,15 @@ static kvr_server *start_logging(const char *path, char *base, size_t cap)
     return th_server_start(&cfg, base, cap);
 }
 
+/* path (a mkstemp template) made an empty file. */
+static const char *log_file(char *path)
+{
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    return path;
+}
+
 /* The status of the access log's line n (from 0) at path, -1 without one. */
 static long logged_status(const char *path, size_t n)
 {
@@ -113,12 +133,8 @@ static long logged_status(const char *path, size_t n)
 static void test_stream_out_of_memory_is_500(void **state)
 {
     (void)state;
-    char path[] = "/tmp/kvr_reply_oom_XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
-    char base[64];
-    kvr_server *srv = start_logging(path, base, sizeof base);
+    char path[] = "/tmp/kvr_reply_oom_XXXXXX", base[64];
+    kvr_server *srv = start_logging(log_file(path), base, sizeof base);
     assert_non_null(srv);
 
     kvr_fail_reset();
@@ -143,11 +159,62 @@ static void test_stream_out_of_memory_is_500(void **state)
     unlink(path);
 }
 
+/* Every line lost to a write that fails (/dev/full: ENOSPC) is counted:
+ * the /health line, then each /metrics line (written after its reply is
+ * built, so a scrape sees the lines before it). Before: logged only. */
+static void test_access_line_not_written_is_counted(void **state)
+{
+    (void)state;
+    char base[64];
+    kvr_server *srv = start_logging("/dev/full", base, sizeof base);
+    assert_non_null(srv);
+    long st = 0;
+    json_decref(th_json("GET", base, "/health", NULL, &st));
+    assert_int_equal(st, 200);
+    assert_int_equal(th_metric(base, "kvr_http_access_log_lines_lost_total"), 1);
+    assert_int_equal(th_metric(base, "kvr_http_access_log_lines_lost_total"), 2);
+    kvr_server_stop(srv);
+}
+
+/* A line jansson has no memory to build is counted and not written. GET
+ * /dump without arguments with its stream record failing makes no jansson
+ * allocation on the server's thread but its argument object's and the
+ * access-log line's: the method's and the path's strings (each tried again
+ * if it fails: kvr_json_text_lossy), then the line's object, which fails. */
+static void test_access_line_out_of_memory_is_counted(void **state)
+{
+    (void)state;
+    int before_line = get_args_allocs() + allocs_of(json_string, "GET") +
+                      allocs_of(json_string, "/dump");
+    json_set_alloc_funcs(kvr_fail_json_malloc, free);
+    char path[] = "/tmp/kvr_reply_oom_XXXXXX", base[64];
+    kvr_server *srv = start_logging(log_file(path), base, sizeof base);
+    assert_non_null(srv);
+
+    kvr_fail_reset();
+    kvr_fail_malloc(sizeof(kvr_api_stream));
+    kvr_fail_json_nth(before_line + 1);
+    char url[128], *out = NULL;
+    snprintf(url, sizeof url, "%s/dump", base);
+    assert_int_equal(th_http("GET", url, NULL, 0, &out), 500);
+    free(out);
+    assert_int_equal(kvr_fail_count(), 2);
+    assert_int_equal(logged_status(path, 0), -1); /* no line */
+    assert_int_equal(th_metric(base, "kvr_http_access_log_lines_lost_total"), 1);
+    assert_int_equal(logged_status(path, 0), 200); /* the scrape's */
+    assert_int_equal(th_metric(base, "kvr_http_access_log_lines_lost_total"), 1);
+    kvr_server_stop(srv);
+    unlink(path);
+    json_set_alloc_funcs(malloc, free);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reply_body_out_of_memory_is_500),
         cmocka_unit_test(test_stream_out_of_memory_is_500),
+        cmocka_unit_test(test_access_line_not_written_is_counted),
+        cmocka_unit_test(test_access_line_out_of_memory_is_counted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
