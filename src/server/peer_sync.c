@@ -30,14 +30,21 @@ static void hold(kvr_source *src, void *arg)
 
 typedef struct {
     size_t held, connected;
+    bool unknown; /* no memory to list the listeners: neither count is known */
 } conn_count;
 
 static void count_connected(kvr_source *src, void *arg)
 {
     conn_count *c = arg;
     size_t n = kvr_source_count(src, NULL);
-    kvr_listener_info *info = n ? malloc(n * sizeof *info) : NULL;
-    n = info ? kvr_source_listeners(src, NULL, info, n) : 0;
+    if (n == 0)
+        return;
+    kvr_listener_info *info = malloc(n * sizeof *info);
+    if (!info) {
+        c->unknown = true;
+        return;
+    }
+    n = kvr_source_listeners(src, NULL, info, n);
     for (size_t i = 0; i < n; i++) {
         c->held += info[i].state == KVR_LISTENER_HELD;
         c->connected += info[i].state == KVR_LISTENER_HELD && info[i].connected;
@@ -45,23 +52,46 @@ static void count_connected(kvr_source *src, void *arg)
     free(info);
 }
 
-static void wait_connected(kvr_server *srv)
+/* How the wait for the held listeners' connections ended. */
+typedef enum {
+    WAIT_CONNECTED = 0, /* every held listener is connected */
+    WAIT_TIMED_OUT,     /* some were not at the deadline */
+    WAIT_UNKNOWN,       /* the last check had no memory to list them */
+    WAIT_NO_INGEST      /* the ingest thread is not running */
+} wait_result;
+
+/* A check that cannot list the listeners is an error, logged and counted
+ * (kvr_peer_recovery_listener_checks_failed_total), never "all connected":
+ * the wait goes on, to its deadline at the most. */
+static wait_result wait_connected(kvr_server *srv)
 {
     double end = kvr_source_now() + KVR_PEER_CONNECT_WAIT_S;
     conn_count c;
     do {
-        c = (conn_count){0, 0};
+        c = (conn_count){0, 0, false};
         if (kvr_source_run(srv->src, count_connected, &c) != 0)
-            return;
-        if (c.connected == c.held)
+            return WAIT_NO_INGEST;
+        if (c.unknown) {
+            atomic_fetch_add(&srv->peer_checks_failed, 1);
+            KVR_LOG_LIMITED(KVR_LOG_WARN, NULL, "peer recovery: no memory to list the "
+                                                "listeners; waiting for their connections on");
+        } else if (c.connected == c.held) {
             break;
+        }
         usleep(20 * 1000);
     } while (kvr_source_now() < end);
-    if (c.connected < c.held)
+    wait_result r = c.unknown ? WAIT_UNKNOWN : c.connected < c.held ? WAIT_TIMED_OUT
+                                                                     : WAIT_CONNECTED;
+    if (r == WAIT_TIMED_OUT)
         kvr_log(KVR_LOG_INFO, "peer recovery: %zu of %zu listeners connected; the others take "
                               "their engines' streams as they come",
                 c.connected, c.held);
+    else if (r == WAIT_UNKNOWN)
+        kvr_log(KVR_LOG_WARN, "peer recovery: no memory to tell which listeners connected in "
+                              "%.0f s; going on, they take their engines' streams as they come",
+                KVR_PEER_CONNECT_WAIT_S);
     usleep(KVR_PEER_SUBSCRIBE_SETTLE_MS * 1000);
+    return r;
 }
 
 static size_t register_peer_workers(kvr_server *srv, json_t *regs)
@@ -123,7 +153,7 @@ int kvr_server_recover_from_peer(kvr_server *srv, const char *url, char *err, si
     }
     size_t n_regs = register_peer_workers(srv, regs.regs);
     kvr_dump_loader_free(&regs);
-    wait_connected(srv);
+    wait_result waited = wait_connected(srv);
     kvr_dump_loader_init(&dump, srv, true);
     bool ok = kvr_dump_fetch(&dump, url, "/dump?format=ndjson") && kvr_dump_loader_finish(&dump);
     release_arg ra = {ok ? &dump : NULL, 0};
@@ -137,8 +167,9 @@ int kvr_server_recover_from_peer(kvr_server *srv, const char *url, char *err, si
         srv->peer_records = dump.applied;
         kvr_log(KVR_LOG_INFO,
                 "peer %s: %zu registrations, %ld store records (%ld skipped), %zu of %zu "
-                "cursors matched a listener",
-                url, n_regs, dump.applied, dump.skipped, ra.matched, dump.n_cursors);
+                "cursors matched a listener%s",
+                url, n_regs, dump.applied, dump.skipped, ra.matched, dump.n_cursors,
+                waited == WAIT_UNKNOWN ? " (listener connections unknown: out of memory)" : "");
     } else {
         snprintf(err, err_len, "%s", dump.err);
     }

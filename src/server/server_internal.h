@@ -71,6 +71,9 @@ typedef struct {
       "memory; an error reply keeps its status)")                                          \
     X(access_lines_lost, "kvr_http_access_log_lines_lost_total",                           \
       "Access-log lines not written: no memory to build them, or the write failed")        \
+    X(peer_checks_failed, "kvr_peer_recovery_listener_checks_failed_total",                \
+      "Peer-recovery checks of the held listeners' connections that had no memory to list "\
+      "them (the wait goes on to its deadline)")                                           \
     X(dump_records_loaded, "kvr_dump_records_loaded_total", "Store records loaded from peers")
 
 typedef struct kvr_sweeper kvr_sweeper;
