@@ -44,8 +44,8 @@ struct kvr_conns {
     kvr_conn_stats st;
 };
 
-static const char *const refusal_names[KVR_CONN_REFUSED_COUNT] = {"max_connections",
-                                                                   "max_connections_per_ip"};
+static const char *const refusal_names[KVR_CONN_REFUSED_COUNT] = {
+    "max_connections", "max_connections_per_ip", "out_of_memory"};
 
 const char *kvr_conn_refusal_name(kvr_conn_refusal r)
 {
@@ -117,21 +117,28 @@ enum MHD_Result kvr_conns_accept(void *cls, const struct sockaddr *addr, socklen
         refused = KVR_CONN_REFUSED_MAX;
     else if (c->max_per_ip && open_from(c, ip) >= c->max_per_ip)
         refused = KVR_CONN_REFUSED_PER_IP;
-    if (refused >= 0) {
+    /* A connection the limits cannot count (no memory for its pending slot
+     * or its address's count) is refused too: let in, it would escape both
+     * limits and, its address uncounted, skew max_per_ip when it closes. */
+    if (refused < 0 && (KVR_GROW(c->pending, c->cap_pending, c->n_pending + 1) != 0 ||
+                        kvr_u64map_put(&c->per_ip, ip, open_from(c, ip) + 1) < 0))
+        refused = KVR_CONN_REFUSED_NO_MEMORY;
+    if (refused >= 0)
         c->st.refused[refused]++;
-    } else if (KVR_GROW(c->pending, c->cap_pending, c->n_pending + 1) == 0) {
-        /* (out of memory: let in, uncounted until it starts) */
+    else
         c->pending[c->n_pending++] = (pending_rec){ip, kvr_clock_mono()};
-        kvr_u64map_put(&c->per_ip, ip, open_from(c, ip) + 1);
-    }
     size_t limit = refused == KVR_CONN_REFUSED_MAX ? c->max : c->max_per_ip;
     pthread_mutex_unlock(&c->mu);
     if (refused < 0)
         return MHD_YES;
-    KVR_LOG_LIMITED(KVR_LOG_WARN, NULL,
-                    "HTTP connection refused: %s (%zu) connections are open%s",
-                    kvr_conn_refusal_name((kvr_conn_refusal)refused), limit,
-                    refused == KVR_CONN_REFUSED_PER_IP ? " from its address" : "");
+    if (refused == KVR_CONN_REFUSED_NO_MEMORY)
+        KVR_LOG_LIMITED(KVR_LOG_WARN, NULL,
+                        "HTTP connection refused: out of memory to count it against the limits");
+    else
+        KVR_LOG_LIMITED(KVR_LOG_WARN, NULL,
+                        "HTTP connection refused: %s (%zu) connections are open%s",
+                        kvr_conn_refusal_name((kvr_conn_refusal)refused), limit,
+                        refused == KVR_CONN_REFUSED_PER_IP ? " from its address" : "");
     return MHD_NO;
 }
 

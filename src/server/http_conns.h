@@ -6,7 +6,8 @@
  *   one more is closed as it is accepted (the accept policy below) and
  *   counted by the limit it hit (a connection counts from its accept on: the
  *   pool's threads accept at once, and each must see the others' accepts) — closing costs nothing, whereas a 503 would
- *   have to read a request from a client that may be the one attacking;
+ *   have to read a request from a client that may be the one attacking; one
+ *   the limits have no memory to count is closed likewise (out_of_memory);
  * - a request must arrive in full within timeout_s of the connection's accept
  *   or of its previous reply: kvr_conns_sweep shuts down the socket of a
  *   connection past that (a slow client trickling its headers or its body, an
@@ -34,10 +35,12 @@ typedef struct kvr_conns kvr_conns;
 typedef enum {
     KVR_CONN_REFUSED_MAX = 0, /* max_connections were open */
     KVR_CONN_REFUSED_PER_IP,  /* max_per_ip were open from the address */
+    KVR_CONN_REFUSED_NO_MEMORY, /* no memory to count it against the limits */
     KVR_CONN_REFUSED_COUNT
 } kvr_conn_refusal;
 
-/* "max_connections", "max_connections_per_ip": the limit's option name. */
+/* "max_connections", "max_connections_per_ip": the limit's option name;
+ * "out_of_memory". */
 const char *kvr_conn_refusal_name(kvr_conn_refusal r);
 
 typedef struct {
