@@ -22,6 +22,7 @@
 #include "server/server_internal.h"
 #include "util/clock.h"
 #include "util/grow.h"
+#include "util/json_text.h"
 
 /* Route-layer handlers (/query, /route, /prefill_done, /free) live in
  * api_route.c; an endpoint with no handler answers 501. */
@@ -251,12 +252,50 @@ static enum MHD_Result send_reply(kvr_server *srv, struct MHD_Connection *conn,
     return r;
 }
 
+/* A GET's query arguments as a flat object of strings. */
+typedef struct {
+    json_t *args;
+    const char *bad; /* set: an argument is not UTF-8; its name, "" when that is the bad part */
+    bool nomem;
+} arg_collect;
+
 static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const char *key,
                                    const char *value)
 {
     (void)kind;
-    json_object_set_new(cls, key, json_string(value ? value : ""));
+    arg_collect *a = cls;
+    value = value ? value : "";
+    if (!kvr_utf8_valid(key) || !kvr_utf8_valid(value)) {
+        a->bad = kvr_utf8_valid(key) ? key : "";
+        return MHD_NO;
+    }
+    if (json_object_set_new(a->args, key, json_string(value)) != 0) {
+        a->nomem = true;
+        return MHD_NO;
+    }
     return MHD_YES;
+}
+
+/* The query arguments of conn, or NULL with reply set: an argument jansson
+ * cannot hold (not UTF-8) is a 400 rather than one left out, and no memory
+ * for them a 500 counted as a body without memory is. */
+static json_t *query_args(kvr_server *srv, struct MHD_Connection *conn, kvr_api_reply *reply)
+{
+    arg_collect a = {json_object(), NULL, false};
+    a.nomem = a.args == NULL;
+    if (a.args)
+        MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_arg, &a);
+    if (a.bad) {
+        kvr_api_error(reply, 400, "query argument %s%s%sis not valid UTF-8", a.bad[0] ? "'" : "",
+                      a.bad, a.bad[0] ? "' " : "");
+    } else if (a.nomem) {
+        atomic_fetch_add(&srv->bodies_oom, 1);
+        kvr_api_error(reply, 500, "out of memory");
+    } else {
+        return a.args;
+    }
+    json_decref(a.args);
+    return NULL;
 }
 
 /* The row of (method, url); *path_known says whether any row has the path
@@ -366,8 +405,7 @@ static void dispatch(kvr_server *srv, struct MHD_Connection *conn, const char *u
         } else {
             /* GET handlers (and DELETE without a body) take their query
              * arguments as a flat object. */
-            body = json_object();
-            MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_arg, body);
+            body = query_args(srv, conn, reply);
         }
         if (body) {
             reply->status = 200;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "util/grow.h"
+#include "util/json_text.h"
 
 void kvr_sbuf_append_grow(kvr_sbuf *b, const char *s, size_t n)
 {
@@ -59,25 +60,6 @@ void kvr_sbuf_u64(kvr_sbuf *b, uint64_t v)
     kvr_sbuf_append(b, d + i, sizeof d - i);
 }
 
-/* Length of the UTF-8 sequence at s (1..4) when it is a valid one (no
- * overlong form, no surrogate, at most U+10FFFF), else 0. */
-static size_t utf8_len(const unsigned char *s)
-{
-    unsigned c = s[0];
-    if (c < 0x80)
-        return 1;
-    size_t n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
-    if (n == 0 || c > 0xF4)
-        return 0;
-    for (size_t i = 1; i < n; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
-        (c == 0xF4 && s[1] > 0x8F))
-        return 0;
-    return n;
-}
-
 void kvr_sbuf_json_str(kvr_sbuf *b, const char *s)
 {
     static const char hex[] = "0123456789ABCDEF";
@@ -86,7 +68,7 @@ void kvr_sbuf_json_str(kvr_sbuf *b, const char *s)
     while (*p && !b->failed) {
         unsigned c = *p;
         if (c >= 0x20 && c != '"' && c != '\\') {
-            size_t n = utf8_len(p);
+            size_t n = kvr_utf8_len(p);
             if (n == 0)
                 b->failed = true;
             p += n;

@@ -65,7 +65,7 @@ typedef struct {
     X(requests_413, "kvr_http_body_too_large_total", "Requests refused with 413")           \
     X(requests_404, "kvr_http_not_found_total", "Requests for a path no endpoint serves")  \
     X(bodies_oom, "kvr_http_body_out_of_memory_total",                                     \
-      "Request bodies answered 500: no memory to parse them")                              \
+      "Request bodies (or a GET's query arguments) answered 500: no memory to parse them") \
     X(replies_oom, "kvr_http_reply_out_of_memory_total",                                   \
       "Replies whose body could not be built or queued: no memory (sent as 500 out of "    \
       "memory; an error reply keeps its status)")                                          \

@@ -7,7 +7,9 @@
  * out-of-memory failures, 500 {"error": "out of memory"}, and counted in
  * kvr_http_body_out_of_memory_total. The fast path's first value buffer
  * (4096 json_int_t) is made to fail with tests/support/fail_alloc.h's
- * armed realloc; jansson's own allocations through json_set_alloc_funcs. */
+ * armed realloc; jansson's own allocations through json_set_alloc_funcs.
+ * A GET's query arguments, its handler's body, likewise: one jansson has
+ * no memory to hold is a 500, one that is not UTF-8 a 400. */
 #include "test_support.h"
 
 #include <stdatomic.h>
@@ -125,12 +127,63 @@ static void test_route_body_out_of_memory_answers_500(void **state)
     kvr_server_stop(srv);
 }
 
+static int json_allocs;
+
+static void *count_malloc(size_t n)
+{
+    json_allocs++;
+    return malloc(n);
+}
+
+/* A GET's query arguments are its body (api.h): one jansson has no memory
+ * to hold is a 500 counted with the bodies, and one that is not UTF-8 a
+ * 400, where either was left out (GET /dump?format=ndjson answered 200 in
+ * Dynamo's form). The value's string, the allocation after the argument
+ * object (counted at run time), is made to fail. */
+static void test_query_argument_not_held_is_an_error(void **state)
+{
+    (void)state;
+    json_set_alloc_funcs(count_malloc, free);
+    json_allocs = 0;
+    json_t *args = json_object();
+    int before_value = json_allocs;
+    json_decref(args);
+    json_set_alloc_funcs(kvr_fail_json_malloc, free);
+    char base[64];
+    kvr_server *srv = th_server_start_default(base, sizeof base);
+    assert_non_null(srv);
+    char url[128], *out = NULL;
+    snprintf(url, sizeof url, "%s/dump?format=ndjson", base);
+    assert_int_equal(th_http("GET", url, NULL, 0, &out), 200);
+    assert_string_equal(out, ""); /* an empty server's lines */
+    free(out);
+
+    kvr_fail_reset();
+    kvr_fail_json_nth(before_value + 1);
+    long st = 0;
+    json_t *r = th_json("GET", base, "/dump?format=ndjson", NULL, &st);
+    assert_int_equal(kvr_fail_count(), 1);
+    assert_int_equal(st, 500); /* before: 200 and "{}" */
+    assert_string_equal(json_string_value(json_object_get(r, "error")), "out of memory");
+    json_decref(r);
+    assert_int_equal(th_metric(base, "kvr_http_body_out_of_memory_total"), 1);
+
+    r = th_json("GET", base, "/dump?format=%FF", NULL, &st);
+    assert_int_equal(st, 400); /* before: 200 and "{}" */
+    assert_string_equal(json_string_value(json_object_get(r, "error")),
+                        "query argument 'format' is not valid UTF-8");
+    json_decref(r);
+    kvr_server_stop(srv);
+    json_set_alloc_funcs(malloc, free);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fast_path_out_of_memory_is_not_bad_json),
         cmocka_unit_test(test_jansson_out_of_memory_is_not_bad_json),
         cmocka_unit_test(test_route_body_out_of_memory_answers_500),
+        cmocka_unit_test(test_query_argument_not_held_is_an_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
