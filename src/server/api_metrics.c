@@ -309,8 +309,9 @@ void kvr_api_metrics(kvr_server *srv, json_t *body, kvr_api_reply *reply)
 {
     (void)body;
     kvr_workers_snapshot s;
-    if (kvr_workers_snapshot_take(srv, &s) != 0) {
-        kvr_api_error(reply, 503, "ingest thread is not running");
+    kvr_snapshot_result sr = kvr_workers_snapshot_take(srv, &s);
+    if (sr != KVR_SNAPSHOT_OK) {
+        kvr_workers_snapshot_error(sr, reply);
         return;
     }
     kvr_sbuf b = {0};

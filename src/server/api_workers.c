@@ -206,8 +206,9 @@ void kvr_api_workers(kvr_server *srv, json_t *args, kvr_api_reply *reply)
     const char *model = filter_arg(args, "model_name");
     const char *group = filter_arg(args, "routing_group");
     kvr_workers_snapshot s;
-    if (kvr_workers_snapshot_take(srv, &s) != 0) {
-        kvr_api_error(reply, 503, "ingest thread is not running");
+    kvr_snapshot_result sr = kvr_workers_snapshot_take(srv, &s);
+    if (sr != KVR_SNAPSHOT_OK) {
+        kvr_workers_snapshot_error(sr, reply);
         return;
     }
     kvr_engine_infos engines; /* discovered workers get a "discovery" object */
@@ -223,7 +224,10 @@ void kvr_api_workers(kvr_server *srv, json_t *args, kvr_api_reply *reply)
         /* the capacity's source says whether discovery registered it */
         capacity_json(json_object_get(w, "capabilities"), wi,
                       kvr_api_worker_discovery(w, &engines, wi));
-        json_array_append_new(arr, w);
+        if (json_array_append_new(arr, w) != 0) { /* w NULL too: all or no workers */
+            json_decref(arr);
+            arr = NULL;
+        }
     }
     kvr_engine_infos_free(&engines);
     kvr_workers_snapshot_free(&s);

@@ -68,14 +68,23 @@ static void do_snapshot(kvr_source *src, void *arg)
     free(all);
 }
 
-int kvr_workers_snapshot_take(kvr_server *srv, kvr_workers_snapshot *s)
+kvr_snapshot_result kvr_workers_snapshot_take(kvr_server *srv, kvr_workers_snapshot *s)
 {
     memset(s, 0, sizeof *s);
-    if (kvr_source_run(srv->src, do_snapshot, s) != 0 || !s->ok) {
+    kvr_snapshot_result r = kvr_source_run(srv->src, do_snapshot, s) != 0 ? KVR_SNAPSHOT_STOPPED
+                            : s->ok ? KVR_SNAPSHOT_OK
+                                    : KVR_SNAPSHOT_NO_MEMORY; /* do_snapshot's allocations */
+    if (r != KVR_SNAPSHOT_OK)
         kvr_workers_snapshot_free(s);
-        return -1;
-    }
-    return 0;
+    return r;
+}
+
+void kvr_workers_snapshot_error(kvr_snapshot_result r, kvr_api_reply *reply)
+{
+    if (r == KVR_SNAPSHOT_NO_MEMORY)
+        kvr_api_error(reply, 500, "out of memory");
+    else
+        kvr_api_error(reply, 503, "ingest thread is not running");
 }
 
 void kvr_workers_snapshot_free(kvr_workers_snapshot *s)

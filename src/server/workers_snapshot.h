@@ -16,8 +16,19 @@ typedef struct {
     bool ok;
 } kvr_workers_snapshot;
 
-int kvr_workers_snapshot_take(kvr_server *srv, kvr_workers_snapshot *s);
+/* How a snapshot ended: taken, the ingest thread not running, or no memory
+ * for its copies (nothing held in either failure). */
+typedef enum {
+    KVR_SNAPSHOT_OK = 0,
+    KVR_SNAPSHOT_STOPPED,
+    KVR_SNAPSHOT_NO_MEMORY
+} kvr_snapshot_result;
+
+kvr_snapshot_result kvr_workers_snapshot_take(kvr_server *srv, kvr_workers_snapshot *s);
 void kvr_workers_snapshot_free(kvr_workers_snapshot *s);
+/* The reply of a failed snapshot: 503 "ingest thread is not running", or
+ * 500 "out of memory". */
+void kvr_workers_snapshot_error(kvr_snapshot_result r, kvr_api_reply *reply);
 
 /* Listener status as Dynamo names it, in increasing order of badness: a
  * worker's status is its worst listener's (failed > pending > active >

@@ -4,6 +4,8 @@
  * with `{}`, or a cut connection counted as a 200) but as 500 {"error":
  * "out of memory"}, counted in kvr_http_reply_out_of_memory_total, and the
  * endpoint's histogram and access-log line take the status that was sent.
+ * GET /workers is all or nothing: a worker it had no memory for is a 500,
+ * not a list without it.
  * An access-log line lost (no memory to build it, a write that fails) is
  * counted in kvr_http_access_log_lines_lost_total. jansson's allocations
  * fail through kvr_fail_json_malloc (tests/support/fail_alloc.h), the
@@ -46,6 +48,12 @@ static json_t *object_of(const char *unused)
 {
     (void)unused;
     return json_object();
+}
+
+static json_t *array_of(const char *unused)
+{
+    (void)unused;
+    return json_array();
 }
 
 /* How many allocations a GET's argument object takes (http.c dispatch
@@ -208,6 +216,54 @@ static void test_access_line_out_of_memory_is_counted(void **state)
     json_set_alloc_funcs(malloc, free);
 }
 
+/* GET /workers is all or nothing: a worker whose object could not be made
+ * (its json_object, the allocation after the argument object and the
+ * array) is a 500 out of memory, not 200 with the worker left out; a
+ * snapshot without memory is a 500 too, not 503 "ingest thread is not
+ * running". */
+static void test_workers_out_of_memory_is_500(void **state)
+{
+    (void)state;
+    int before_worker = get_args_allocs() + allocs_of(array_of, NULL);
+    json_set_alloc_funcs(kvr_fail_json_malloc, free);
+    char base[64];
+    kvr_server *srv = th_server_start_default(base, sizeof base);
+    assert_non_null(srv);
+    assert_int_equal(th_register(base,
+                                 "{\"instance_id\": 7, \"endpoint\": \"tcp://127.0.0.1:1\", "
+                                 "\"model_name\": \"m\", \"block_size\": 16}",
+                                 NULL),
+                     201);
+    long st = 0;
+    json_t *r = th_json("GET", base, "/workers", NULL, &st);
+    assert_int_equal(st, 200);
+    assert_int_equal(json_array_size(r), 1);
+    json_decref(r);
+
+    kvr_fail_reset();
+    kvr_fail_json_nth(before_worker + 1);
+    r = th_json("GET", base, "/workers", NULL, &st);
+    assert_int_equal(kvr_fail_count(), 1);
+    assert_int_equal(st, 500); /* before: 200 and [] */
+    assert_string_equal(json_string_value(json_object_get(r, "error")), "out of memory");
+    json_decref(r);
+
+    kvr_fail_reset();
+    kvr_fail_malloc(sizeof(kvr_worker_info)); /* the snapshot's copy of the one worker */
+    r = th_json("GET", base, "/workers", NULL, &st);
+    assert_int_equal(kvr_fail_count(), 1);
+    assert_int_equal(st, 500); /* before: 503 "ingest thread is not running" */
+    assert_string_equal(json_string_value(json_object_get(r, "error")), "out of memory");
+    json_decref(r);
+
+    r = th_json("GET", base, "/workers", NULL, &st);
+    assert_int_equal(st, 200);
+    assert_int_equal(json_array_size(r), 1);
+    json_decref(r);
+    kvr_server_stop(srv);
+    json_set_alloc_funcs(malloc, free);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -215,6 +271,7 @@ int main(void)
         cmocka_unit_test(test_stream_out_of_memory_is_500),
         cmocka_unit_test(test_access_line_not_written_is_counted),
         cmocka_unit_test(test_access_line_out_of_memory_is_counted),
+        cmocka_unit_test(test_workers_out_of_memory_is_500),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
