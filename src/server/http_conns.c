@@ -83,6 +83,8 @@ void kvr_conns_destroy(kvr_conns *c)
 
 size_t kvr_conns_max(const kvr_conns *c) { return c->max; }
 
+size_t kvr_conns_record_size(void) { return sizeof(conn_rec); }
+
 /* One key per client address (IPv6 folded: a collision only makes two
  * addresses share a limit). */
 static uint64_t address_key(const struct sockaddr *sa)
@@ -172,14 +174,15 @@ static void started(kvr_conns *c, struct MHD_Connection *conn, void **socket_con
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     conn_rec *r = calloc(1, sizeof *r);
     uint64_t ip = address_key(addr_info ? addr_info->client_addr : NULL);
+    int fd = fd_info ? fd_info->connect_fd : -1;
     pthread_mutex_lock(&c->mu);
     bool counted = take_pending(c, ip); /* per_ip holds it since the accept */
-    c->st.open++;
-    c->st.accepted++;
+    c->st.open++; /* until its NOTIFY_CLOSED, record or not */
     if (c->st.open > c->st.peak)
         c->st.peak = c->st.open;
     if (r) {
-        r->fd = fd_info ? fd_info->connect_fd : -1;
+        c->st.accepted++;
+        r->fd = fd;
         r->ip = ip;
         r->waiting_since = kvr_clock_mono();
         r->next = c->head;
@@ -189,11 +192,23 @@ static void started(kvr_conns *c, struct MHD_Connection *conn, void **socket_con
         /* Out of memory here only loses this address's count. */
         if (!counted)
             kvr_u64map_put(&c->per_ip, ip, open_from(c, ip) + 1);
-    } else if (counted) {
-        uncount(c, ip); /* closed() will not know its address */
+    } else {
+        c->st.refused[KVR_CONN_REFUSED_NO_MEMORY]++; /* with the accept's */
+        if (counted)
+            uncount(c, ip); /* closed() will not know its address */
     }
     pthread_mutex_unlock(&c->mu);
     *socket_context = r;
+    if (r)
+        return;
+    /* No record, no request deadline: closed now, as the accept closes one
+     * it has no memory to count (the end of stream wakes libmicrohttpd,
+     * which closes it: NOTIFY_CLOSED, open - 1; this is the connection's own
+     * thread, its socket still open). libmicrohttpd always gives the fd. */
+    if (fd >= 0)
+        shutdown(fd, SHUT_RDWR);
+    KVR_LOG_LIMITED(KVR_LOG_WARN, NULL,
+                    "HTTP connection closed: out of memory for its request deadline");
 }
 
 static void closed(kvr_conns *c, conn_rec *r)

@@ -7,7 +7,9 @@
  *   counted by the limit it hit (a connection counts from its accept on: the
  *   pool's threads accept at once, and each must see the others' accepts) — closing costs nothing, whereas a 503 would
  *   have to read a request from a client that may be the one attacking; one
- *   the limits have no memory to count is closed likewise (out_of_memory);
+ *   the limits have no memory to count is closed likewise (out_of_memory),
+ *   and so is one whose record (its request deadline, below) cannot be made
+ *   when it starts: shut down at once, counted the same, not as accepted;
  * - a request must arrive in full within timeout_s of the connection's accept
  *   or of its previous reply: kvr_conns_sweep shuts down the socket of a
  *   connection past that (a slow client trickling its headers or its body, an
@@ -35,7 +37,8 @@ typedef struct kvr_conns kvr_conns;
 typedef enum {
     KVR_CONN_REFUSED_MAX = 0, /* max_connections were open */
     KVR_CONN_REFUSED_PER_IP,  /* max_per_ip were open from the address */
-    KVR_CONN_REFUSED_NO_MEMORY, /* no memory to count it against the limits */
+    KVR_CONN_REFUSED_NO_MEMORY, /* no memory to count it against the limits,
+                                   or for its request deadline's record */
     KVR_CONN_REFUSED_COUNT
 } kvr_conn_refusal;
 
@@ -47,7 +50,8 @@ typedef struct {
     uint64_t open;                            /* connections now */
     uint64_t peak;                            /* most at once */
     uint64_t accepted;                        /* since start */
-    uint64_t refused[KVR_CONN_REFUSED_COUNT]; /* closed at accept, by limit */
+    uint64_t refused[KVR_CONN_REFUSED_COUNT]; /* closed at accept, by limit
+                                                 (out_of_memory: or as it started) */
     uint64_t timed_out;                       /* closed by the request deadline, or by
                                                  libmicrohttpd's inactivity timeout */
 } kvr_conn_stats;
@@ -56,6 +60,9 @@ typedef struct {
 kvr_conns *kvr_conns_create(size_t max_connections, size_t max_per_ip, unsigned timeout_s);
 void kvr_conns_destroy(kvr_conns *c);
 size_t kvr_conns_max(const kvr_conns *c);
+/* The size of the record a started connection is kept in (its deadline):
+ * calloc(1, kvr_conns_record_size()), for a test to fail it. */
+size_t kvr_conns_record_size(void);
 
 /* libmicrohttpd callbacks: MHD_OPTION_ACCEPT_POLICY's apc (cls = c) and
  * MHD_OPTION_NOTIFY_CONNECTION's (cls = c). */

@@ -24,7 +24,8 @@ static void connections(kvr_metrics_ctx *m)
     kvr_metrics_value(b, "kvr_http_connections_accepted_total", "counter",
                       "HTTP connections accepted", st.accepted);
     kvr_metrics_family(b, "kvr_http_connections_refused_total", "counter",
-                       "HTTP connections closed as they were accepted, by the limit reached");
+                       "HTTP connections closed as they were accepted (out_of_memory: or as "
+                       "they started), by the limit reached");
     for (int r = 0; r < KVR_CONN_REFUSED_COUNT; r++)
         kvr_sbuf_printf(b, "kvr_http_connections_refused_total{limit=\"%s\"} %" PRIu64 "\n",
                         kvr_conn_refusal_name((kvr_conn_refusal)r), st.refused[r]);
