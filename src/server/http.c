@@ -255,7 +255,8 @@ static enum MHD_Result send_reply(kvr_server *srv, struct MHD_Connection *conn,
 /* A GET's query arguments as a flat object of strings. */
 typedef struct {
     json_t *args;
-    const char *bad; /* set: an argument is not UTF-8; its name, "" when that is the bad part */
+    const char *bad; /* set: the argument that is not UTF-8 */
+    bool bad_name;   /* its name is the part that is not (then not quoted back) */
     bool nomem;
 } arg_collect;
 
@@ -265,8 +266,10 @@ static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const cha
     (void)kind;
     arg_collect *a = cls;
     value = value ? value : "";
-    if (!kvr_utf8_valid(key) || !kvr_utf8_valid(value)) {
-        a->bad = kvr_utf8_valid(key) ? key : "";
+    bool name_ok = kvr_utf8_valid(key);
+    if (!name_ok || !kvr_utf8_valid(value)) {
+        a->bad = key;
+        a->bad_name = !name_ok;
         return MHD_NO;
     }
     if (json_object_set_new(a->args, key, json_string(value)) != 0) {
@@ -281,13 +284,14 @@ static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const cha
  * for them a 500 counted as a body without memory is. */
 static json_t *query_args(kvr_server *srv, struct MHD_Connection *conn, kvr_api_reply *reply)
 {
-    arg_collect a = {json_object(), NULL, false};
+    arg_collect a = {json_object(), NULL, false, false};
     a.nomem = a.args == NULL;
     if (a.args)
         MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_arg, &a);
-    if (a.bad) {
-        kvr_api_error(reply, 400, "query argument %s%s%sis not valid UTF-8", a.bad[0] ? "'" : "",
-                      a.bad, a.bad[0] ? "' " : "");
+    if (a.bad && a.bad_name) {
+        kvr_api_error(reply, 400, "query argument is not valid UTF-8");
+    } else if (a.bad) {
+        kvr_api_error(reply, 400, "query argument '%s' is not valid UTF-8", a.bad);
     } else if (a.nomem) {
         atomic_fetch_add(&srv->bodies_oom, 1);
         kvr_api_error(reply, 500, "out of memory");
